@@ -1,0 +1,63 @@
+"""Shape the generated project to the answers.
+
+Leaves exactly one backend (as memory.py) and one recipe (as agent.py), and writes
+the chosen agent name and model strings into agent.py's settings block. Python
+files are copied without Jinja rendering (cookiecutter.json `_copy_without_render`),
+so agent.py stays the same file as in the kit; its settings are set here instead.
+"""
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ANSWERS = json.loads(r'''{{ cookiecutter | tojson }}''')
+KIT_DIR = Path(r'''{{ kit_dir }}''')
+PROJECT = Path.cwd()
+
+# agent.py setting -> the answer that sets it
+SETTINGS = {
+    "AGENT_NAME": "agent_name",
+    "LLM_MODEL": "llm_model",
+    "STT_MODEL": "stt_model",
+    "TTS_MODEL": "tts_model",
+}
+
+
+def fail(message: str) -> None:
+    print(f"ERROR: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def place_backend(name: str) -> None:
+    backends = PROJECT / "memory_backends"
+    shutil.move(backends / f"{name}.py", PROJECT / "memory.py")
+    shutil.rmtree(backends)
+
+
+def place_recipe(name: str) -> None:
+    if name != "default":
+        shutil.copyfile(KIT_DIR / "recipes" / f"{name}.py", PROJECT / "agent.py")
+
+
+def set_agent_settings() -> None:
+    path = PROJECT / "agent.py"
+    source = path.read_text()
+    for setting, answer in SETTINGS.items():
+        line = re.compile(rf'^{setting} = ".*"$', re.MULTILINE)
+        if len(line.findall(source)) != 1:
+            fail(f"agent.py must assign {setting} exactly once as a string literal.")
+        value = json.dumps(ANSWERS[answer])  # a valid Python string literal too
+        source = line.sub(lambda _: f"{setting} = {value}", source)
+    path.write_text(source)
+
+
+def main() -> None:
+    place_backend(ANSWERS["memory_backend"])
+    place_recipe(ANSWERS["recipe"])
+    set_agent_settings()
+
+
+if __name__ == "__main__":
+    main()

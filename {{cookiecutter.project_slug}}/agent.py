@@ -1,0 +1,184 @@
+"""A LiveKit voice agent that remembers each caller from one call to the next.
+
+Memory enters the conversation in two places, both below:
+- recall: `Assistant.llm_node` adds one memory block to a copy of the chat context
+  before each reply (never to the session history);
+- capture: `on_conversation_item` saves each exchange after the reply is added.
+
+Run: `uv run agent.py download-files`, then `console`, `dev` or `start`.
+"""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from dotenv import load_dotenv
+from livekit import rtc
+from livekit.agents import (
+    Agent,
+    AgentServer,
+    AgentSession,
+    ConversationItemAddedEvent,
+    JobContext,
+    JobProcess,
+    RunContext,
+    cli,
+    function_tool,
+    inference,
+    llm,
+    room_io,
+)
+from livekit.plugins import silero
+
+import memory
+
+logger = logging.getLogger("agent")
+
+# Next to this file, not the working directory, so `uv run` works from anywhere.
+load_dotenv(Path(__file__).with_name(".env.local"))
+
+AGENT_NAME = "memory-agent"
+LLM_MODEL = "openai/gpt-4.1-mini"
+STT_MODEL = "deepgram/nova-3"
+TTS_MODEL = "cartesia/sonic-3"
+MEMORY_DB = os.getenv("MEMORY_DB", str(Path(__file__).with_name("memory.db")))
+
+INSTRUCTIONS = """\
+You are a friendly voice assistant who remembers the people who call you.
+Keep answers short and speakable: no lists, markdown or emojis.
+Before each reply you may get a block of background about the caller from earlier
+calls; use it when it helps, and never claim to remember anything that is not in it.
+When the caller tells you something lasting about themselves (their name, where they
+live, a preference), save it with the remember tool."""
+
+
+class Assistant(Agent):
+    def __init__(self, call: memory.CallMemory, *, model: llm.LLM | None = None) -> None:
+        super().__init__(instructions=INSTRUCTIONS, llm=model or inference.LLM(model=LLM_MODEL))
+        self.call = call
+
+    async def on_enter(self) -> None:
+        # llm_node runs for this reply too, so the greeting sees the preloaded profile.
+        self.session.generate_reply(instructions="Greet the caller, by name if you know it.")
+
+    async def on_exit(self) -> None:
+        # Runs when the session closes: write what is pending while the process lives.
+        await self.call.aclose()
+
+    async def llm_node(self, chat_ctx, tools, model_settings):
+        # Recall here, not in on_user_turn_completed: editing the turn there discards
+        # LiveKit's preemptive generation, and typed turns never call that hook.
+        # https://docs.livekit.io/agents/build/nodes/#llm-node
+        # The copy keeps the block out of session.history and out of the context
+        # the next step or turn starts from, so no reply ever sees two blocks.
+        chat_ctx = chat_ctx.copy()
+        last_user = next(
+            (i for i in reversed(range(len(chat_ctx.items)))
+             if chat_ctx.items[i].type == "message" and chat_ctx.items[i].role == "user"),
+            None,
+        )
+        latest = chat_ctx.items[last_user].text_content or "" if last_user is not None else ""
+        block = await self.call.block_for(latest)
+        if block:
+            # Just before the caller's latest words, so the request still ends with them.
+            at = last_user if last_user is not None else len(chat_ctx.items)
+            chat_ctx.items.insert(
+                at, llm.ChatMessage(role="system", content=[block], extra={"memory_block": True})
+            )
+        async for chunk in Agent.default.llm_node(self, chat_ctx, tools, model_settings):
+            yield chunk
+
+    @function_tool
+    async def remember(self, context: RunContext, kind: str, value: str) -> str:
+        """Save a lasting fact about the caller for future calls. A newer value of the
+        same kind replaces the old one.
+
+        Args:
+            kind: What the fact is about, in a few words, e.g. "name", "home city".
+            value: The fact itself, e.g. "Maria", "Lisbon".
+        """
+        return await self.call.remember(kind, value)
+
+
+def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
+    """Capture: hand each user or assistant message to the call's memory, which pairs
+    them into exchanges and saves them in the background. Tool calls never come
+    through this event; agent handoff items do and are skipped."""
+
+    @session.on("conversation_item_added")
+    def _on_item(ev: ConversationItemAddedEvent) -> None:
+        item = ev.item
+        if item.type == "message" and item.role in ("user", "assistant"):
+            # text_content joins text parts and drops images and expressive markup;
+            # an interrupted reply holds only what was said before the barge-in.
+            call.capture(
+                item.role, item.id, item.text_content,
+                interrupted=item.interrupted, created_at=item.created_at,
+            )
+
+
+def caller_id_for(participant: rtc.RemoteParticipant, job_metadata: str) -> str:
+    """The stable id memory is kept under, from what authentication established:
+    a `caller_id` in the dispatch's job metadata (JSON), else the SIP caller's phone
+    number (E.164), else the participant identity from the access token. Never the
+    room name, which names the call, not the caller.
+
+    Raises memory.InvalidCallerId with the reason when the id is unusable.
+    """
+    try:
+        metadata = json.loads(job_metadata) if job_metadata else {}
+    except json.JSONDecodeError:
+        metadata = {}
+    if isinstance(metadata, dict) and metadata.get("caller_id"):
+        return memory.validate_caller_id(metadata["caller_id"])
+    if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
+        return memory.normalise_phone_number(participant.attributes.get("sip.phoneNumber", ""))
+    return memory.validate_caller_id(participant.identity)
+
+
+server = AgentServer()
+
+
+def prewarm(proc: JobProcess) -> None:
+    proc.userdata["vad"] = silero.VAD.load()
+    # One store per worker process, shared by the calls it runs.
+    proc.userdata["memory"] = memory.open_store(MEMORY_DB)
+
+
+server.setup_fnc = prewarm
+
+
+@server.rtc_session(agent_name=AGENT_NAME)
+async def entrypoint(ctx: JobContext) -> None:
+    ctx.log_context_fields = {"room": ctx.room.name}
+    await ctx.connect()
+    participant = await ctx.wait_for_participant()
+    try:
+        caller_id: str | None = caller_id_for(participant, ctx.job.metadata)
+    except memory.InvalidCallerId as exc:
+        logger.warning("memory is off for this call: %s", exc)
+        caller_id = None
+
+    call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=ctx.job.id)
+    call.start()  # preload facts and call summaries while the session starts
+    # A hang-up ends the job: flush pending writes before the process goes away.
+    ctx.add_shutdown_callback(call.aclose)
+
+    session = AgentSession(
+        stt=inference.STT(model=STT_MODEL),
+        tts=inference.TTS(model=TTS_MODEL),
+        vad=ctx.proc.userdata["vad"],
+        # preemptive generation is on by default; recall in llm_node keeps it useful
+    )
+    start_capture(session, call)
+    await session.start(
+        agent=Assistant(call),
+        room=ctx.room,
+        # Link the session to the caller memory is keyed to, not to whoever joins first.
+        room_options=room_io.RoomOptions(participant_identity=participant.identity),
+    )
+
+
+if __name__ == "__main__":
+    cli.run_app(server)

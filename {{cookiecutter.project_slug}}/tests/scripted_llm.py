@@ -1,0 +1,93 @@
+"""A scripted stand-in for the paid model provider, for offline tests and the demo.
+
+It is a real `livekit.agents.llm.LLM`, so the real AgentSession drives it exactly as
+it drives a provider plugin. It records every chat context it receives (what the
+model would have seen) and answers from a script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from livekit.agents import llm
+from livekit.agents.llm import ChatChunk, ChoiceDelta, FunctionToolCall
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
+
+
+@dataclass
+class ToolCall:
+    """A scripted reply that calls a tool instead of speaking."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+Reply = str | ToolCall
+Script = Callable[[llm.ChatContext], Reply]
+
+
+class ScriptedLLM(llm.LLM):
+    """Answers each request with the next scripted reply.
+
+    ``script`` is a list of replies (used in order; "OK." once it runs out) or a
+    function from the chat context to a reply. ``chunk_delay`` (seconds) streams a
+    text reply word by word with that pause, so a test can interrupt it midway.
+    ``requests`` holds a copy of every chat context received, in order.
+    """
+
+    def __init__(self, script: list[Reply] | Script | None = None, *, chunk_delay: float = 0.0) -> None:
+        super().__init__()
+        self._script = script if callable(script) else list(script or [])
+        self.chunk_delay = chunk_delay
+        self.requests: list[llm.ChatContext] = []
+
+    def chat(
+        self,
+        *,
+        chat_ctx: llm.ChatContext,
+        tools: list[llm.Tool] | None = None,
+        conn_options=DEFAULT_API_CONNECT_OPTIONS,
+        **_: Any,
+    ) -> llm.LLMStream:
+        self.requests.append(chat_ctx.copy())
+        if callable(self._script):
+            reply = self._script(chat_ctx)
+        else:
+            reply = self._script.pop(0) if self._script else "OK."
+        return _ScriptedStream(self, reply, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options)
+
+
+class _ScriptedStream(llm.LLMStream):
+    def __init__(self, model: ScriptedLLM, reply: Reply, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self._reply = reply
+        self._delay = model.chunk_delay
+
+    async def _run(self) -> None:
+        if isinstance(self._reply, ToolCall):
+            call = FunctionToolCall(
+                name=self._reply.name,
+                arguments=json.dumps(self._reply.arguments),
+                call_id=f"call_{id(self)}",
+            )
+            self._event_ch.send_nowait(ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", tool_calls=[call])))
+            return
+        words = self._reply.split(" ") if self._delay else [self._reply]
+        for n, word in enumerate(words):
+            text = word if n == 0 else " " + word
+            self._event_ch.send_nowait(ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", content=text)))
+            if self._delay:
+                await asyncio.sleep(self._delay)
+
+
+def memory_blocks(chat_ctx: llm.ChatContext) -> list[str]:
+    """The texts of the memory blocks in a chat context (agent.py marks them)."""
+    return [
+        i.text_content or ""
+        for i in chat_ctx.items
+        if i.type == "message" and i.extra.get("memory_block")
+    ]

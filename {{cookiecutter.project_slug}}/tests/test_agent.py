@@ -1,0 +1,293 @@
+"""The agent's memory behaviours, through the real livekit-agents AgentSession.
+
+The only stand-in is the model provider (tests/scripted_llm.py): it records the chat
+context of every request, which is exactly what the model would have been shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+
+import pytest
+from livekit.agents import ConversationItemAddedEvent, llm
+
+import memory
+from tests.conftest import call
+from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
+
+ALICE = "alice@example.com"
+BOB = "+15550100200"
+
+
+async def say(session, text: str, *, deadline: float = 10.0):
+    """One typed user turn; fails (instead of hanging) if no reply comes in time."""
+    return await asyncio.wait_for(session.run(user_input=text), deadline)
+
+
+def last_block_of(chat_ctx: llm.ChatContext) -> str:
+    blocks = memory_blocks(chat_ctx)
+    assert len(blocks) == 1, f"expected one memory block, got {len(blocks)}: {blocks}"
+    return blocks[0]
+
+
+def last_block(model: ScriptedLLM) -> str:
+    return last_block_of(model.requests[-1])
+
+
+def history_text(session) -> str:
+    return "\n".join(
+        i.text_content or "" for i in session.history.items if i.type == "message"
+    )
+
+
+async def test_call_two_hears_what_call_one_said(db_path):
+    first = memory.open_store(db_path)
+    async with call(first, ALICE, ScriptedLLM(["Hello!", "Lisbon is lovely."])) as (session, _):
+        await say(session, "My sister Ana just moved to Lisbon.")
+    await first.close()
+
+    # A new process: the store is opened again from the same file.
+    second = memory.open_store(db_path)
+    model = ScriptedLLM(["Welcome back!", "She lives in Lisbon."])
+    async with call(second, ALICE, model, call_id="call-2") as (session, _):
+        result = await say(session, "Where does my sister live now?")
+        result.expect.next_event().is_message(role="assistant")
+        block = last_block(model)
+        assert "Lisbon" in block and "sister" in block
+        # The block reached the model but never the conversation record.
+        assert "Ana just moved" not in history_text(session)
+        assert memory.BLOCK_HEADER not in history_text(session)
+    await second.close()
+
+
+async def test_the_block_sits_just_before_the_callers_latest_words(store):
+    await store.remember(ALICE, "name", "Alice")
+    model = ScriptedLLM()
+    async with call(store, ALICE, model) as (session, _):
+        await say(session, "What's my name?")
+    items = [i for i in model.requests[-1].items if i.type == "message"]
+    assert items[-1].role == "user" and items[-1].text_content == "What's my name?"
+    assert items[-2].role == "system" and "name: Alice" in (items[-2].text_content or "")
+
+
+async def test_another_caller_hears_nothing_of_it(store):
+    async with call(store, ALICE, ScriptedLLM()) as (session, _):
+        await say(session, "My locker code is 4417 and my dog is called Biscuit.")
+    model = ScriptedLLM()
+    async with call(store, BOB, model, call_id="call-2") as (session, _):
+        await say(session, "What is my locker code and my dog's name?")
+    assert last_block(model) == memory.NOTHING_KNOWN
+    assert all("4417" not in str(r.items) and "Biscuit" not in str(r.items) for r in model.requests)
+
+
+async def test_a_new_caller_gets_the_one_sentence_nothing_known_block(store):
+    model = ScriptedLLM()
+    async with call(store, ALICE, model) as (session, _):
+        await say(session, "Do you remember me?")
+    assert last_block(model) == memory.NOTHING_KNOWN
+    assert memory.NOTHING_KNOWN.count(".") <= 2  # short: one statement, one instruction
+
+
+async def test_the_greeting_uses_the_preloaded_profile(store):
+    await store.remember(ALICE, "name", "Alice")
+    model = ScriptedLLM(["Hi Alice!"])
+    async with call(store, ALICE, model) as (session, _):
+        await say(session, "Hi")
+    assert "name: Alice" in last_block_of(model.requests[0])
+
+
+class SlowStore(memory.SQLiteMemory):
+    """The real store, except that recall never answers until released."""
+
+    release = asyncio.Event
+
+    async def recall(self, *args, **kwargs):
+        await self.gate.wait()
+        return await super().recall(*args, **kwargs)
+
+
+class FailingStore(memory.SQLiteMemory):
+    """The real store, except that every recall fails as a locked database would."""
+
+    async def recall(self, *args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+
+async def test_a_slow_store_still_gets_a_reply_without_memory(db_path):
+    store = SlowStore.open(db_path)
+    store.gate = asyncio.Event()  # never set during the call: recall hangs
+    await store.remember(ALICE, "name", "Alice")
+    model = ScriptedLLM(["Hi!", "Sure."])
+    async with call(store, ALICE, model, recall_budget=0.05) as (session, _):
+        result = await say(session, "What's my name?")
+        result.expect.next_event().is_message(role="assistant")
+    block = last_block(model)
+    # The profile preloaded at call start is still used; the rest is said to be missing.
+    assert "name: Alice" in block and memory.MEMORY_UNAVAILABLE in block
+    store.gate.set()
+    await store.close()
+
+
+async def test_a_failing_store_still_gets_a_reply_and_warns_once(db_path, caplog):
+    store = FailingStore.open(db_path)
+    model = ScriptedLLM()
+    with caplog.at_level(logging.WARNING, logger="memory"):
+        async with call(store, ALICE, model) as (session, _):
+            await say(session, "First question?")
+            await say(session, "Second question?")
+    assert last_block(model) == memory.MEMORY_UNAVAILABLE
+    assert memory.NOTHING_KNOWN not in str(model.requests[-1].items)
+    warnings = [r for r in caplog.records if "recall failed" in r.getMessage()]
+    assert len(warnings) == 1
+    # Capture does not depend on recall: the turns were still saved.
+    assert [e.user_text for e in await store.exchanges(ALICE)] == ["First question?", "Second question?"]
+    await store.close()
+
+
+async def test_memory_never_enters_session_history_or_the_agent_context(store):
+    await store.remember(ALICE, "favourite colour", "green")
+    model = ScriptedLLM()
+    async with call(store, ALICE, model) as (session, _):
+        for n in range(5):
+            await say(session, f"Question number {n} about colours?")
+        agent_ctx = session.current_agent.chat_ctx
+        for ctx in (session.history, agent_ctx):
+            assert "green" not in str([i for i in ctx.items if i.type == "message"])
+    # every request carried exactly one block, however long the call got
+    assert all(len(memory_blocks(r)) == 1 for r in model.requests)
+
+
+async def test_a_tool_call_reply_recalls_once(db_path):
+    class CountingStore(memory.SQLiteMemory):
+        recalls = 0
+
+        async def recall(self, *args, **kwargs):
+            CountingStore.recalls += 1
+            return await super().recall(*args, **kwargs)
+
+    store = CountingStore.open(db_path)
+    model = ScriptedLLM(["Hi!", ToolCall("remember", {"kind": "home city", "value": "Porto"}), "Got it."])
+    async with call(store, ALICE, model) as (session, _):
+        before = CountingStore.recalls
+        result = await say(session, "I live in Porto now.")
+        result.expect.next_event().is_function_call(name="remember")
+        result.expect.next_event().is_function_call_output()
+        result.expect.next_event().is_message(role="assistant")
+        assert CountingStore.recalls - before == 1
+    # both LLM steps of the turn saw exactly one block
+    assert [len(memory_blocks(r)) for r in model.requests[1:]] == [1, 1]
+    assert (await store.profile(ALICE)).facts[0].value == "Porto"
+    await store.close()
+
+
+async def test_remember_replaces_an_older_value_of_the_same_kind(store):
+    model = ScriptedLLM([
+        "Hi!",
+        ToolCall("remember", {"kind": "Home City", "value": "Lisbon"}), "Noted.",
+        ToolCall("remember", {"kind": "home city", "value": "Porto"}), "Noted.",
+    ])
+    async with call(store, ALICE, model) as (session, _):
+        await say(session, "I live in Lisbon.")
+        await say(session, "Actually I moved to Porto.")
+    facts = (await store.profile(ALICE)).facts
+    assert [(f.kind, f.value) for f in facts] == [("home_city", "Porto")]
+
+
+async def test_a_bad_fact_comes_back_to_the_model_as_a_sentence(store):
+    model = ScriptedLLM(["Hi!", ToolCall("remember", {"kind": "", "value": "x" * 5000}), "Sorry."])
+    async with call(store, ALICE, model) as (session, _):
+        result = await say(session, "Remember this.")
+        result.expect.next_event().is_function_call(name="remember")
+        result.expect.next_event().is_function_call_output(is_error=False)
+    output = next(i for i in model.requests[-1].items if i.type == "function_call_output")
+    assert output.output.startswith("Not saved:")
+
+
+async def test_duplicate_item_events_save_once(store):
+    async with call(store, ALICE, ScriptedLLM(["Hi!", "Noted."])) as (session, call_memory):
+        await say(session, "My flight is on Friday.")
+        # LiveKit can report the same item again (reconnects, handoffs): replay them all.
+        for item in [i for i in session.history.items if i.type == "message"]:
+            session.emit("conversation_item_added", ConversationItemAddedEvent(item=item))
+        await asyncio.sleep(0)
+    exchanges = await store.exchanges(ALICE)
+    assert len(exchanges) == 1
+    assert exchanges[0].assistant_text == "Noted."
+    assert len(exchanges[0].item_ids) == len(set(exchanges[0].item_ids)) == 2
+
+
+async def test_an_interrupted_reply_is_saved_as_said_and_marked(store):
+    long_reply = "one two three four five six seven eight nine ten eleven twelve"
+    model = ScriptedLLM(["Hi!", long_reply], chunk_delay=0.05)
+    async with call(store, ALICE, model) as (session, _):
+        run = session.run(user_input="Count to twelve for me.")
+        await asyncio.sleep(0.25)
+        await session.interrupt()
+        await asyncio.wait_for(run, 5)
+    (exchange,) = await store.exchanges(ALICE)
+    assert exchange.user_text == "Count to twelve for me."
+    assert exchange.interrupted
+    assert exchange.assistant_text and long_reply.startswith(exchange.assistant_text)
+    assert exchange.assistant_text != long_reply
+
+
+async def test_pending_saves_are_flushed_when_the_session_closes(db_path):
+    class SlowWrites(memory.SQLiteMemory):
+        async def save(self, exchange):
+            await asyncio.sleep(0.2)
+            await super().save(exchange)
+
+    store = SlowWrites.open(db_path)
+    async with call(store, ALICE, ScriptedLLM()) as (session, call_memory):
+        for n in range(3):
+            await say(session, f"Note number {n}.")
+        assert call_memory.pending > 0  # still writing when the caller hangs up
+    assert call_memory.pending == 0
+    await store.close()
+    reopened = memory.open_store(db_path)
+    assert [e.user_text for e in await reopened.exchanges(ALICE)] == [f"Note number {n}." for n in range(3)]
+    await reopened.close()
+
+
+async def test_unsaved_exchanges_are_reported_not_silently_lost(db_path, caplog):
+    class BrokenWrites(memory.SQLiteMemory):
+        async def save(self, exchange):
+            raise sqlite3.OperationalError("disk I/O error")
+
+    store = BrokenWrites.open(db_path)
+    with caplog.at_level(logging.ERROR, logger="memory"):
+        async with call(store, ALICE, ScriptedLLM()) as (session, call_memory):
+            await say(session, "Please keep this.")
+        assert await call_memory.aclose(timeout=0.5) == 1
+    assert any("Please keep this." in r.getMessage() for r in caplog.records)
+    await store.close()
+
+
+async def test_without_a_caller_id_memory_is_off_and_the_agent_still_works(store):
+    model = ScriptedLLM(["Hi!", "Sure."])
+    async with call(store, None, model) as (session, _):
+        result = await say(session, "Hello?")
+        result.expect.next_event().is_message(role="assistant")
+    assert all(memory_blocks(r) == [] for r in model.requests)
+    assert await store.exchanges(ALICE) == []
+
+
+async def test_the_block_is_capped_however_much_is_known(store):
+    for n in range(40):
+        await store.remember(ALICE, f"detail {n}", "something long to remember " * 8)
+    huge = "Tell me about the garden. " * 4000  # an oversized turn (~100k characters)
+    model = ScriptedLLM()
+    async with call(store, ALICE, model, max_block_chars=1500) as (session, _):
+        await say(session, huge)
+        await say(session, "And the garden again?")
+    assert len(last_block(model)) <= 1500
+    # the oversized turn itself was kept whole
+    assert (await store.exchanges(ALICE))[0].user_text == huge.strip()
+
+
+def test_messages_the_model_sees_have_plain_roles():
+    # A guard on the framework fact the design relies on: ChatMessage text parts join.
+    msg = llm.ChatMessage(role="user", content=["part one", "part two"])
+    assert msg.text_content == "part one\npart two"
