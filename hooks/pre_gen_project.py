@@ -60,12 +60,12 @@ def check_choice(name: str) -> None:
 def main() -> None:
     if not KIT_DIR:
         fail("the template was loaded without local_extensions.py; run cookiecutter on the repository itself.")
+    if not str(ANSWERS.get("project_name", "")).strip():
+        fail("project_name is empty; give the project a name.")
     for name in RULES:
         check_text(name)
     for name in CHOICES:
         check_choice(name)
-    if not str(ANSWERS.get("project_name", "")).strip():
-        fail("project_name is empty; give the project a name.")
 
 
 if __name__ == "__main__":

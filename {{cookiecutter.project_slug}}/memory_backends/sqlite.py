@@ -662,6 +662,7 @@ class CallMemory:
         self._seen_items: set[str] = set()
         self._turn: dict[str, Any] | None = None
         self._previous: dict[str, Any] | None = None
+        self._said: list[str] = []  # the caller's turns in this call, for the summary
         self._pending: dict[str, Exchange] = {}
         self._writer: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -757,6 +758,7 @@ class CallMemory:
                 }
             turn = self._turn
             turn["user"].append(text)
+            self._said.append(text)
         elif role == "assistant":
             turn = self._turn
             if turn is not None and at < turn["at"]:
@@ -834,16 +836,28 @@ class CallMemory:
         # the tool call, and a reply that loops through tools recalls only once.
         return f"Saved: {fact.kind.replace('_', ' ')} = {fact.value}."
 
+    def summary(self) -> str | None:
+        """A one-line summary of this call for the next call's greeting: the first
+        words of the caller's first turns (extractive, no model call; a model-written
+        summary can replace it). None when the caller said nothing."""
+        said = self._said[:3]
+        if not said:
+            return None
+        return "The caller talked about: " + "; ".join(_clip(t, 80) for t in said)
+
     async def aclose(self, timeout: float = FLUSH_TIMEOUT) -> int:
-        """Flush pending writes within ``timeout`` seconds; returns how many are still
-        unsaved (0 when everything was written). Safe to call more than once."""
+        """Flush pending writes and save the call summary within ``timeout`` seconds;
+        returns how many exchanges are still unsaved (0 when everything was written).
+        Safe to call more than once."""
+        if self._closed:
+            return len(self._pending)
         self._closed = True
         if self._preload is not None and not self._preload.done():
             self._preload.cancel()
         for task in self._recall_tasks.values():
             task.cancel()
         try:
-            await asyncio.wait_for(self._drain(), timeout)
+            await asyncio.wait_for(self._finish(), timeout)
         except asyncio.TimeoutError:
             pass
         if self._pending:
@@ -853,6 +867,15 @@ class CallMemory:
                 json.dumps([e.__dict__ for e in self._pending.values()], default=str)[:4000],
             )
         return len(self._pending)
+
+    async def _finish(self) -> None:
+        await self._drain()
+        summary = self.summary()
+        if summary:
+            try:
+                await self.store.save_summary(self.caller_id, self.call_id, summary)  # type: ignore[arg-type]
+            except Exception as exc:
+                self._warn_once("summary", "could not save the call summary: %r", exc)
 
     async def _drain(self) -> None:
         while self._pending:

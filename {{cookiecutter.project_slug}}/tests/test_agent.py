@@ -7,12 +7,16 @@ context of every request, which is exactly what the model would have been shown.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 
 import pytest
+from livekit import rtc
 from livekit.agents import ConversationItemAddedEvent, llm
+from livekit.rtc._proto import handle_pb2, participant_pb2
 
+import agent
 import memory
 from tests.conftest import call
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
@@ -99,9 +103,9 @@ async def test_the_greeting_uses_the_preloaded_profile(store):
 
 
 class SlowStore(memory.SQLiteMemory):
-    """The real store, except that recall never answers until released."""
+    """The real store, except that recall waits until `gate` is set."""
 
-    release = asyncio.Event
+    gate: asyncio.Event
 
     async def recall(self, *args, **kwargs):
         await self.gate.wait()
@@ -287,7 +291,50 @@ async def test_the_block_is_capped_however_much_is_known(store):
     assert (await store.exchanges(ALICE))[0].user_text == huge.strip()
 
 
-def test_messages_the_model_sees_have_plain_roles():
-    # A guard on the framework fact the design relies on: ChatMessage text parts join.
+def test_livekit_joins_text_parts_as_capture_expects():
+    # Capture relies on text_content joining text parts and skipping others.
     msg = llm.ChatMessage(role="user", content=["part one", "part two"])
     assert msg.text_content == "part one\npart two"
+    assert llm.ChatMessage(role="user", content=[llm.ImageContent(image="https://x/y.png")]).text_content is None
+
+
+def participant(identity: str, *, sip_number: str | None = None) -> rtc.RemoteParticipant:
+    """A real rtc.RemoteParticipant, built from the protocol message the SDK gets from a
+    LiveKit server when someone joins the room."""
+    info = participant_pb2.ParticipantInfo(identity=identity)
+    if sip_number is not None:
+        info.kind = participant_pb2.ParticipantKind.PARTICIPANT_KIND_SIP
+        info.attributes["sip.phoneNumber"] = sip_number
+    return rtc.RemoteParticipant(participant_pb2.OwnedParticipant(handle=handle_pb2.FfiOwnedHandle(id=0), info=info))
+
+
+def test_the_caller_is_the_participant_identity():
+    assert agent.caller_id_for(participant("alice@example.com"), "") == "alice@example.com"
+
+
+def test_dispatch_metadata_names_the_caller_before_the_identity():
+    metadata = json.dumps({"caller_id": "customer-42"})
+    assert agent.caller_id_for(participant("web-session-9f3"), metadata) == "customer-42"
+
+
+def test_a_sip_caller_is_their_normalised_phone_number():
+    assert agent.caller_id_for(participant("sip_abc", sip_number="+1 (555) 010-0200"), "") == "+15550100200"
+
+
+@pytest.mark.parametrize(
+    ("who", "metadata", "reason"),
+    [
+        (participant("bad id with spaces"), "", "characters outside"),
+        (participant("alice"), json.dumps({"caller_id": "x" * 500}), "limit is 128"),
+        (participant("sip_abc", sip_number="anonymous"), "", "E.164"),
+        (participant("sip_abc", sip_number=""), "", "E.164"),
+    ],
+)
+def test_an_unusable_caller_id_is_refused_with_the_reason(who, metadata, reason):
+    with pytest.raises(memory.InvalidCallerId, match=reason):
+        agent.caller_id_for(who, metadata)
+
+
+def test_malformed_job_metadata_falls_back_to_the_identity():
+    assert agent.caller_id_for(participant("alice"), "{not json") == "alice"
+    assert agent.caller_id_for(participant("alice"), '["a list"]') == "alice"

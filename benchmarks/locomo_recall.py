@@ -1,0 +1,623 @@
+"""LoCoMo recall benchmark: does the memory block that reaches the model hold the evidence?
+
+Replays real multi-session conversations through the agent *generated* from this
+template (rendered with cookiecutter into a temporary directory, then imported:
+``agent``, ``memory`` and ``tests.scripted_llm``), one call per session through the
+real livekit-agents ``AgentSession``, with the scripted stand-in model speaking the
+other person's lines. Then, in a fresh call per question, it asks each LoCoMo
+question as the caller's typed turn and checks the memory block the model received
+(``memory_blocks(model.requests[-1])``) for the question's evidence turns. It also
+reports recall@k of the store's ranked exchanges, recall latencies, and a
+recency-only block as a baseline. See benchmarks/README.md for the figures.
+
+Usage (the data is never copied into this repository):
+
+    python benchmarks/locomo_recall.py --data PATH/TO/locomo_dev.json \
+        [--conversations N] [--out results.json] [--max-block-chars N]
+
+Dataset: LoCoMo, A. Maharana, D.-H. Lee, S. Tulyakov, M. Bansal, F. Barbieri,
+Y. Fang, "Evaluating Very Long-Term Conversational Memory of LLM Agents", ACL 2024
+(arXiv:2402.17753), https://github.com/snap-research/locomo . Licensed CC BY-NC 4.0
+(https://creativecommons.org/licenses/by-nc/4.0/legalcode): attribution required,
+non-commercial use only. This benchmark reads a local file given with --data and
+writes no dialogue text anywhere (results hold ids and numbers only).
+
+Replay rules (each is a choice; see README):
+- speaker_a is the caller; caller id = the conversation's sample_id; one SQLite file
+  per conversation; session_<n> is call f"{sample_id}-s{n}".
+- A maximal run of consecutive caller turns is ONE ``session.run(user_input=...)``,
+  its turns joined with "\\n" (a caller who says several things before the agent
+  answers produces one user turn; the dev file has no run longer than one turn).
+  The scripted reply to it is the other speaker's following run, joined with "\\n";
+  "" (no reply) when the session ends with the caller.
+- The on_enter greeting takes the first scripted reply: the other speaker's opening
+  run when the session starts with them, else "" (no text of our own is added).
+  The agent does not save greetings, so evidence only in such a turn is lost; the
+  benchmark counts it.
+- A turn that shared a photo is fed as ``text + " [shares a photo: CAPTION]"``.
+- Question calls are wired like agent.py's entrypoint (CallMemory preload, the
+  Assistant's llm_node recall, flush on close) but without capture, so no question
+  is written to the store and each question sees exactly the replayed conversation.
+
+Evidence-in-block rule (per evidence turn): let T be the whitespace-normalised text
+fed for the turn and S the normalised text of the exchange side that holds it (the
+caller's run or the reply run, turns joined by one space), T starting at offset o
+in S. The turn is found if T occurs in the block, or, when S is longer than the
+side's clip limit L (500 characters for the caller side, 300 for the reply side,
+as memory.format_block clips them to their first L-1 characters plus "…"), if
+o < L-1 and T[:L-1-o] + "…" occurs in the block. A question's score is the share of
+its (normalised, existing) evidence turns found; LoCoMo's recall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import os
+import platform
+import re
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+CATEGORIES = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+EVIDENCE_RE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+CALLER_CLIP = 500  # memory.format_block: _clip(user_text, 500)
+REPLY_CLIP = 300  # memory.format_block: _clip(assistant_text, 300)
+RECALL_KS = (5, 10)
+RECENCY_EXCHANGES = 64  # more than fit any sane cap; format_block cuts at the cap
+# The reference BM25 yardstick from the data README (one row per turn, k turns).
+BASELINE_BM25 = {
+    1: (201, 0.235, 0.356), 2: (236, 0.663, 0.719), 3: (64, 0.251, 0.312),
+    4: (610, 0.610, 0.692), 5: (330, 0.621, 0.715),
+    "1-4": (1111, 0.532, 0.615), "1-5": (1441, 0.553, 0.638),
+}
+
+
+def norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- Rendering the template -----------------------------------------------------------
+
+
+def render_project(out_dir: Path) -> Path:
+    """Generate a project from this repository with the default answers and return
+    its directory. User cookiecutter config is ignored and replay files stay in
+    ``out_dir``."""
+    from cookiecutter.main import cookiecutter
+
+    project = cookiecutter(
+        str(REPO),
+        no_input=True,
+        output_dir=str(out_dir),
+        default_config={
+            "cookiecutters_dir": str(out_dir / "cookiecutters"),
+            "replay_dir": str(out_dir / "replay"),
+        },
+    )
+    return Path(project)
+
+
+# -- The data -----------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One session.run: a caller run and the reply run that follows it."""
+
+    caller_ids: list[str]
+    caller_texts: list[str]
+    reply_ids: list[str]
+    reply_texts: list[str]
+
+
+@dataclass
+class Session:
+    number: int
+    greeting_ids: list[str]
+    greeting_texts: list[str]
+    runs: list[Run]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    caller: str
+    other: str
+    sessions: list[Session]
+    fed: dict[str, str]  # dia_id -> exact text fed
+    side: dict[str, tuple[int, int]] = field(default_factory=dict)  # dia_id -> (offset, side length)
+    side_limit: dict[str, int] = field(default_factory=dict)  # dia_id -> clip limit of its side
+    greeting_turns: set[str] = field(default_factory=set)
+    qa: list[dict[str, Any]] = field(default_factory=list)
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    text = str(turn.get("text", ""))
+    caption = turn.get("blip_caption")
+    if caption:
+        text = f"{text} [shares a photo: {caption}]"
+    return text
+
+
+def load_conversation(record: dict[str, Any]) -> Conversation:
+    conv = record["conversation"]
+    caller, other = conv["speaker_a"], conv["speaker_b"]
+    numbers = sorted(int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)))
+    sessions: list[Session] = []
+    fed: dict[str, str] = {}
+    for n in numbers:
+        turns = conv[f"session_{n}"]
+        if not turns:
+            continue
+        for t in turns:
+            fed[t["dia_id"]] = turn_text(t)
+        i = 0
+        greeting: list[dict[str, Any]] = []
+        while i < len(turns) and turns[i]["speaker"] != caller:
+            greeting.append(turns[i])
+            i += 1
+        runs: list[Run] = []
+        while i < len(turns):
+            said: list[dict[str, Any]] = []
+            while i < len(turns) and turns[i]["speaker"] == caller:
+                said.append(turns[i])
+                i += 1
+            reply: list[dict[str, Any]] = []
+            while i < len(turns) and turns[i]["speaker"] != caller:
+                reply.append(turns[i])
+                i += 1
+            runs.append(Run(
+                [t["dia_id"] for t in said], [fed[t["dia_id"]] for t in said],
+                [t["dia_id"] for t in reply], [fed[t["dia_id"]] for t in reply],
+            ))
+        sessions.append(Session(n, [t["dia_id"] for t in greeting], [fed[t["dia_id"]] for t in greeting], runs))
+    c = Conversation(record["sample_id"], caller, other, sessions, fed, qa=record.get("qa", []))
+    for s in sessions:
+        c.greeting_turns.update(s.greeting_ids)
+        for r in s.runs:
+            for ids, limit in ((r.caller_ids, CALLER_CLIP), (r.reply_ids, REPLY_CLIP)):
+                offset = 0
+                total = len(norm(" ".join(fed[d] for d in ids)))
+                for d in ids:
+                    c.side[d] = (offset, total)
+                    c.side_limit[d] = limit
+                    offset += len(norm(fed[d])) + 1
+    return c
+
+
+def evidence_ids(evidence: list[Any], existing: dict[str, str]) -> list[str]:
+    """The data README's normalisation: every D<s>:<t> in each string, ids that do not
+    exist dropped, duplicates dropped (order kept)."""
+    out: list[str] = []
+    for item in evidence or []:
+        for s, t in EVIDENCE_RE.findall(str(item)):
+            d = f"D{int(s)}:{int(t)}"
+            if d in existing and d not in out:
+                out.append(d)
+    return out
+
+
+def found_in_block(c: Conversation, dia_id: str, block: str) -> bool:
+    """The documented evidence-in-block rule (module docstring)."""
+    if dia_id in c.greeting_turns or not block:
+        return False  # greetings are not saved; nothing else can match by accident
+    text = norm(c.fed[dia_id])
+    if text and text in block:
+        return True
+    offset, total = c.side[dia_id]
+    limit = c.side_limit[dia_id]
+    if total <= limit or offset >= limit - 1:
+        return False
+    prefix = text[: limit - 1 - offset]
+    return bool(prefix) and prefix + "…" in block
+
+
+# -- Measuring ------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+class Bench:
+    def __init__(self, project: Path, db_dir: Path, max_block_chars: int | None) -> None:
+        sys.path.insert(0, str(project))
+        import agent  # noqa: E402  (the generated project's modules)
+        import memory
+        from livekit.agents import AgentSession
+        from tests.scripted_llm import ScriptedLLM, memory_blocks
+
+        self.agent, self.memory = agent, memory
+        self.AgentSession, self.ScriptedLLM, self.memory_blocks = AgentSession, ScriptedLLM, memory_blocks
+        self.db_dir = db_dir
+        self.max_block_chars = max_block_chars if max_block_chars is not None else memory.MAX_BLOCK_CHARS
+
+        class TimedCallMemory(memory.CallMemory):
+            """CallMemory that records how long each block_for was awaited (the time the
+            agent's llm_node waits for the block)."""
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.waits: list[tuple[str, float]] = []
+
+            async def block_for(self, user_text: str) -> str | None:
+                t0 = time.perf_counter()
+                try:
+                    return await super().block_for(user_text)
+                finally:
+                    self.waits.append((user_text, time.perf_counter() - t0))
+
+        self.TimedCallMemory = TimedCallMemory
+
+    async def _start(self, session: Any, call: Any, model: Any) -> None:
+        await session.start(self.agent.Assistant(call, model=model))
+        if session.current_speech is not None:
+            # the on_enter greeting: let it finish, as a caller would hear it first
+            await asyncio.wait_for(session.current_speech.wait_for_playout(), 30)
+
+    async def replay(self, c: Conversation, store: Any, caller_id: str) -> dict[str, Any]:
+        """One call per session through the real AgentSession; returns integrity counts
+        (item id -> dia ids in self.item_turns)."""
+        item_turns: dict[str, list[str]] = {}
+        runs = requests = 0
+        for s in c.sessions:
+            script = ["\n".join(s.greeting_texts)] + ["\n".join(r.reply_texts) for r in s.runs]
+            model = self.ScriptedLLM(script)
+            call = self.memory.CallMemory(store, caller_id, f"{c.sample_id}-s{s.number}")
+            call.start()
+            current: dict[str, list[str]] = {"user": [], "assistant": s.greeting_ids}
+            async with self.AgentSession(llm=model) as session:
+                self.agent.start_capture(session, call)
+
+                @session.on("conversation_item_added")
+                def _map(ev: Any, current: dict[str, list[str]] = current) -> None:
+                    item = ev.item
+                    if item.type == "message" and item.role in current:
+                        item_turns[item.id] = list(current[item.role])
+
+                await self._start(session, call, model)
+                for r in s.runs:
+                    current["user"], current["assistant"] = r.caller_ids, r.reply_ids
+                    await asyncio.wait_for(session.run(user_input="\n".join(r.caller_texts)), 30)
+                    runs += 1
+            # leaving AgentSession closed it: Assistant.on_exit flushed the writes
+            requests += len(model.requests)
+            if call.pending:
+                raise RuntimeError(f"{call.pending} exchange(s) unsaved after call {call.call_id}")
+        self.item_turns = item_turns
+
+        # Integrity: every fed non-greeting turn is in exactly one stored exchange, on
+        # the right side, with the text fed.
+        exchanges = await store.exchanges(caller_id)
+        stored: dict[str, int] = {}
+        side_ok = 0
+        by_turn: dict[str, Any] = {}
+        for e in exchanges:
+            for item_id in e.item_ids:
+                for d in item_turns.get(item_id, []):
+                    stored[d] = stored.get(d, 0) + 1
+                    by_turn[d] = e
+        caller_turns = {d for s in c.sessions for r in s.runs for d in r.caller_ids}
+        for d, e in by_turn.items():
+            side = e.user_text if d in caller_turns else e.assistant_text
+            side_ok += norm(c.fed[d]) in norm(side)
+        expected = [d for s in c.sessions for r in s.runs for d in r.caller_ids + r.reply_ids]
+        return {
+            "calls": len(c.sessions),
+            "runs": runs,
+            "llm_requests": requests,
+            "turns": len(c.fed),
+            "greeting_turns": len(c.greeting_turns),
+            "exchanges_stored": len(exchanges),
+            "turns_expected_in_store": len(expected),
+            "turns_stored_once": sum(1 for d in expected if stored.get(d) == 1),
+            "turns_stored_on_right_side_with_fed_text": side_ok,
+        }
+
+    def exchange_turns(self, e: Any) -> set[str]:
+        out: set[str] = set()
+        for item_id in e.item_ids:
+            out.update(self.item_turns.get(item_id, []))
+        return out
+
+    async def ask(self, store: Any, caller_id: str, call_id: str, question: str) -> tuple[str, float]:
+        """One fresh call, the question as the caller's typed turn: the memory block the
+        model got for it and how long llm_node waited for it."""
+        model = self.ScriptedLLM(["", ""])
+        call = self.TimedCallMemory(store, caller_id, call_id, max_block_chars=self.max_block_chars)
+        call.start()
+        async with self.AgentSession(llm=model) as session:
+            await self._start(session, call, model)
+            await asyncio.wait_for(session.run(user_input=question), 30)
+        blocks = self.memory_blocks(model.requests[-1])
+        if len(blocks) > 1:
+            raise RuntimeError(f"{call_id}: {len(blocks)} memory blocks in one request")
+        waits = [w for text, w in call.waits if text == question]
+        if len(model.requests) != 2 or len(waits) != 1:
+            raise RuntimeError(f"{call_id}: {len(model.requests)} requests, {len(waits)} recalls for the question")
+        return (blocks[0] if blocks else ""), waits[0]
+
+    async def recency_block(self, store: Any, caller_id: str) -> str:
+        profile = await store.profile(caller_id)
+        newest = list(reversed(await store.exchanges(caller_id)))[:RECENCY_EXCHANGES]
+        recall = self.memory.Recall(profile.facts, profile.summaries, tuple(newest))
+        return self.memory.format_block(recall, max_chars=self.max_block_chars)
+
+    async def conversation(self, record: dict[str, Any]) -> dict[str, Any]:
+        c = load_conversation(record)
+        caller_id = self.memory.validate_caller_id(c.sample_id)
+        store = self.memory.open_store(self.db_dir / f"{c.sample_id}.db")
+        t0 = time.perf_counter()
+        try:
+            integrity = await self.replay(c, store, caller_id)
+            t1 = time.perf_counter()
+            questions: list[dict[str, Any]] = []
+            skipped = 0
+            for n, qa in enumerate(c.qa):
+                ev = evidence_ids(qa.get("evidence", []), c.fed)
+                if not ev:
+                    skipped += 1
+                    continue
+                q = str(qa["question"])
+                block, wait = await self.ask(store, caller_id, f"{c.sample_id}-q{n}", q)
+                rec: dict[str, Any] = {
+                    "sample_id": c.sample_id, "qa_index": n, "category": int(qa["category"]),
+                    "evidence": ev,
+                    "greeting_evidence": [d for d in ev if d in c.greeting_turns],
+                    "block_chars": len(block),
+                    "block_wait_ms": wait * 1000,
+                }
+                rec["found_in_block"] = [d for d in ev if found_in_block(c, d, block)]
+                # raw store recall: as block_for calls it (limit RECALL_EXCHANGES) and top-k
+                t = time.perf_counter()
+                top = await store.recall(caller_id, q, limit=self.memory.RECALL_EXCHANGES)
+                rec["raw_recall_ms"] = (time.perf_counter() - t) * 1000
+                # cross-check by item ids: evidence in a ranked exchange whose line survived the cap
+                lines = set(block.splitlines())
+                in_block_ids: set[str] = set()
+                for e in top.exchanges:
+                    line = self.memory.format_block(self.memory.Recall(exchanges=(e,)), max_chars=10**9).splitlines()[-1]
+                    if line in lines:
+                        in_block_ids |= self.exchange_turns(e)
+                rec["exchanges_in_block"] = sum(
+                    1 for e in top.exchanges
+                    if self.memory.format_block(self.memory.Recall(exchanges=(e,)), max_chars=10**9).splitlines()[-1] in lines
+                )
+                rec["found_in_block_by_id"] = [d for d in ev if d in in_block_ids]
+                for k in RECALL_KS:
+                    r = await store.recall(caller_id, q, limit=k)
+                    ids: set[str] = set()
+                    for e in r.exchanges:
+                        ids |= self.exchange_turns(e)
+                    rec[f"found_at_{k}"] = [d for d in ev if d in ids]
+                    rec[f"turns_in_top_{k}"] = len(ids)
+                t = time.perf_counter()
+                rblock = await self.recency_block(store, caller_id)
+                rec["recency_build_ms"] = (time.perf_counter() - t) * 1000
+                rec["found_in_recency_block"] = [d for d in ev if found_in_block(c, d, rblock)]
+                questions.append(rec)
+            t2 = time.perf_counter()
+        finally:
+            await store.close()
+        return {
+            "sample_id": c.sample_id,
+            "integrity": integrity,
+            "questions_total": len(c.qa),
+            "questions_skipped_no_evidence": skipped,
+            "replay_seconds": t1 - t0,
+            "questions_seconds": t2 - t1,
+            "questions": questions,
+        }
+
+
+# -- Reporting ------------------------------------------------------------------------
+
+
+def score(rec: dict[str, Any], key: str) -> float:
+    return len(rec[key]) / len(rec["evidence"])
+
+
+def summarise(questions: list[dict[str, Any]]) -> dict[str, Any]:
+    groups: dict[str, list[dict[str, Any]]] = {str(k): [q for q in questions if q["category"] == k] for k in CATEGORIES}
+    groups["1-4"] = [q for q in questions if q["category"] in (1, 2, 3, 4)]
+    groups["1-5"] = list(questions)
+    keys = {
+        "block": "found_in_block", "block_by_id": "found_in_block_by_id",
+        "recency_block": "found_in_recency_block",
+        **{f"recall@{k}": f"found_at_{k}" for k in RECALL_KS},
+    }
+    out: dict[str, Any] = {}
+    for name, qs in groups.items():
+        row: dict[str, Any] = {"n": len(qs)}
+        for label, key in keys.items():
+            row[label] = round(statistics.fmean(score(q, key) for q in qs), 4) if qs else None
+        for k in RECALL_KS:
+            row[f"mean_turns_in_top_{k}"] = round(statistics.fmean(q[f"turns_in_top_{k}"] for q in qs), 2) if qs else None
+        out[name] = row
+    return out
+
+
+def latency(questions: list[dict[str, Any]]) -> dict[str, Any]:
+    out = {}
+    for label, key in (("block_wait", "block_wait_ms"), ("raw_recall", "raw_recall_ms"),
+                       ("recency_build", "recency_build_ms")):
+        v = [q[key] for q in questions]
+        out[label] = {"p50_ms": round(pct(v, 50), 3), "p95_ms": round(pct(v, 95), 3),
+                      "max_ms": round(max(v), 3) if v else None}
+    return out
+
+
+def markdown(summary: dict[str, Any], lat: dict[str, Any], cap: int) -> str:
+    def f(x: Any) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    rows = [
+        f"Evidence in the memory block (cap {cap} chars) and recall@k of ranked exchanges "
+        "(1 exchange ~ 2 turns; the BM25 reference ranks single turns)",
+        "",
+        "| category | n | agent block | recency block | R@5 exch. | R@10 exch. | BM25 ref. R@5 turns | R@10 turns |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, row in summary.items():
+        name = f"{key} {CATEGORIES[int(key)]}" if key.isdigit() else f"overall {key}"
+        ref = BASELINE_BM25.get(int(key) if key.isdigit() else key)
+        refs = f"{ref[1]:.3f} | {ref[2]:.3f}" if ref else "- | -"
+        rows.append(
+            f"| {name} | {row['n']} | {f(row['block'])} | {f(row['recency_block'])} | "
+            f"{f(row['recall@5'])} | {f(row['recall@10'])} | {refs} |"
+        )
+    rows += [
+        "",
+        "| latency per question | p50 ms | p95 ms | max ms |",
+        "| --- | --- | --- | --- |",
+    ]
+    names = {"block_wait": "llm_node wait for the block (CallMemory.block_for)",
+             "raw_recall": f"store.recall (limit {RECALL_EXCHANGES_LABEL})",
+             "recency_build": "recency block build"}
+    for key, v in lat.items():
+        rows.append(f"| {names[key]} | {v['p50_ms']:.2f} | {v['p95_ms']:.2f} | {v['max_ms']:.2f} |")
+    return "\n".join(rows)
+
+
+RECALL_EXCHANGES_LABEL = "RECALL_EXCHANGES"
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    records = json.loads(Path(args.data).read_text())
+    if args.conversations:
+        records = records[: args.conversations]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="locomo-recall-") as tmp:
+        tmp_path = Path(tmp)
+        t = time.perf_counter()
+        project = render_project(tmp_path / "render")
+        render_s = time.perf_counter() - t
+        db_dir = tmp_path / "db"
+        db_dir.mkdir()
+        bench = Bench(project, db_dir, args.max_block_chars)
+        global RECALL_EXCHANGES_LABEL
+        RECALL_EXCHANGES_LABEL = str(bench.memory.RECALL_EXCHANGES)
+        warnings = _count_warnings()
+        convs = []
+        for record in records:
+            result = await bench.conversation(record)
+            convs.append(result)
+            integ = result["integrity"]
+            print(
+                f"{result['sample_id']}: {integ['calls']} calls, {integ['runs']} turns replayed "
+                f"in {result['replay_seconds']:.1f} s; {len(result['questions'])} questions in "
+                f"{result['questions_seconds']:.1f} s; stored once {integ['turns_stored_once']}"
+                f"/{integ['turns_expected_in_store']}",
+                file=sys.stderr,
+            )
+    questions = [q for c in convs for q in c["questions"]]
+    summary = summarise(questions)
+    lat = latency(questions)
+    greeting_pairs = sum(len(q["greeting_evidence"]) for q in questions)
+    greeting_turns = len({(q["sample_id"], d) for q in questions for d in q["greeting_evidence"]})
+    greeting_questions = sum(1 for q in questions if q["greeting_evidence"])
+    total_seconds = time.perf_counter() - started
+    result = {
+        "benchmark": "locomo_recall",
+        "dataset": {
+            "file": str(args.data),
+            "name": "LoCoMo (Maharana et al., ACL 2024, arXiv:2402.17753)",
+            "license": "CC BY-NC 4.0",
+            "conversations": [c["sample_id"] for c in convs],
+        },
+        "config": {
+            "max_block_chars": bench.max_block_chars,
+            "recall_exchanges": bench.memory.RECALL_EXCHANGES,
+            "recall_budget_s": bench.memory.RECALL_BUDGET,
+            "recency_exchanges_offered": RECENCY_EXCHANGES,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "platform": platform.platform(),
+        },
+        "counts": {
+            "questions_total": sum(c["questions_total"] for c in convs),
+            "questions_scored": len(questions),
+            "questions_skipped_no_evidence": sum(c["questions_skipped_no_evidence"] for c in convs),
+            "evidence_turns_scored": sum(len(q["evidence"]) for q in questions),
+            "greeting_evidence_turns": greeting_turns,
+            "greeting_evidence_question_turn_pairs": greeting_pairs,
+            "questions_with_greeting_evidence": greeting_questions,
+            "memory_warnings": dict(warnings),
+        },
+        "summary": summary,
+        "latency": lat,
+        "timing_s": {
+            "render": round(render_s, 2),
+            "replay": round(sum(c["replay_seconds"] for c in convs), 2),
+            "questions": round(sum(c["questions_seconds"] for c in convs), 2),
+            "total": round(total_seconds, 2),
+        },
+        "conversations": [{k: v for k, v in c.items() if k != "questions"} for c in convs],
+        "questions": questions,
+    }
+    return result
+
+
+def _count_warnings() -> dict[str, int]:
+    """Count warnings the generated memory module logs (slow or failed recalls/saves)."""
+    counts: dict[str, int] = {}
+
+    class Counter(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            key = record.getMessage()[:80]
+            counts[key] = counts.get(key, 0) + 1
+
+    logging.getLogger("memory").addHandler(Counter(logging.WARNING))
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, type=Path, help="path to locomo_dev.json (never copied here)")
+    parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations (default: all)")
+    parser.add_argument("--out", type=Path, help="write the JSON results here")
+    parser.add_argument("--max-block-chars", type=int, default=None,
+                        help="memory block cap (default: the generated memory.MAX_BLOCK_CHARS)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    result = asyncio.run(run(args))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result["summary"], result["latency"], result["config"]["max_block_chars"]))
+    c = result["counts"]
+    print(
+        f"\n{c['questions_scored']} questions scored ({c['questions_skipped_no_evidence']} without usable "
+        f"evidence skipped); evidence turns only in a greeting (not saved): {c['greeting_evidence_turns']} "
+        f"distinct turns, in {c['questions_with_greeting_evidence']} questions; memory warnings: "
+        f"{sum(c['memory_warnings'].values())}; run time {result['timing_s']['total']:.0f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

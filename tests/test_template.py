@@ -1,0 +1,161 @@
+"""The template: every choice renders, bad answers are refused, each project's tests pass."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+CHOICES = {k: v for k, v in json.loads((ROOT / "cookiecutter.json").read_text()).items() if isinstance(v, list)}
+COMBINATIONS = [
+    dict(zip(("memory_backend", "recipe"), combo))
+    for combo in itertools.product(CHOICES["memory_backend"], CHOICES["recipe"])
+]
+
+
+def bake(cookies, **answers):
+    return cookies.bake(extra_context=answers, template=str(ROOT))
+
+
+def run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    # The model keys must not leak in: these runs are the offline ones.
+    env = {k: v for k, v in os.environ.items() if k not in ("LIVEKIT_API_KEY", "LIVEKIT_API_SECRET")}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_default_project_has_one_backend_as_memory_py_and_one_agent(cookies):
+    result = bake(cookies)
+    assert result.exit_code == 0, result.exception
+    project = result.project_path
+    assert project.name == "memory-agent"
+    files = sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
+    assert "agent.py" in files and "memory.py" in files
+    assert not (project / "memory_backends").exists()
+    for name in ("pyproject.toml", ".env.example", "Dockerfile", ".dockerignore", "README.md", "AGENTS.md", "demo.py"):
+        assert name in files
+    # agent.py is the kit's own file, byte for byte, with only the settings set.
+    assert (project / "agent.py").read_text() == (ROOT / "{{cookiecutter.project_slug}}" / "agent.py").read_text()
+
+
+@pytest.mark.parametrize("python_version", CHOICES["python_version"])
+def test_no_generated_file_keeps_template_markup(cookies, python_version):
+    result = bake(cookies, python_version=python_version)
+    assert result.exit_code == 0, result.exception
+    for path in result.project_path.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert "{{ cookiecutter" not in text and "{{cookiecutter" not in text, path
+            assert "{%" not in text, path
+    pyproject = tomllib.loads((result.project_path / "pyproject.toml").read_text())
+    assert pyproject["project"]["requires-python"] == f">={python_version}"
+    assert f"python{python_version}-" in (result.project_path / "Dockerfile").read_text()
+
+
+def test_the_answers_reach_agent_py_settings(cookies):
+    result = bake(
+        cookies,
+        project_name="Front Desk",
+        agent_name="front_desk-2",
+        llm_model="google/gemini-2.5-flash",
+        stt_model="assemblyai/universal-streaming",
+        tts_model="rime/arcana:luna",
+    )
+    assert result.exit_code == 0, result.exception
+    agent_py = (result.project_path / "agent.py").read_text()
+    assert result.project_path.name == "front-desk"
+    assert 'AGENT_NAME = "front_desk-2"' in agent_py
+    assert 'LLM_MODEL = "google/gemini-2.5-flash"' in agent_py
+    assert 'STT_MODEL = "assemblyai/universal-streaming"' in agent_py
+    assert 'TTS_MODEL = "rime/arcana:luna"' in agent_py
+    compile(agent_py, "agent.py", "exec")
+
+
+@pytest.mark.parametrize(
+    ("answers", "question"),
+    [
+        ({"project_slug": "My Agent"}, "project_slug"),
+        ({"project_slug": "../escape"}, "project_slug"),
+        ({"project_slug": "a" * 51}, "project_slug"),
+        ({"project_slug": "-agent"}, "project_slug"),
+        ({"agent_name": "bad name"}, "agent_name"),
+        ({"agent_name": 'x"; import os; os.system("id") #'}, "agent_name"),
+        ({"llm_model": "gpt-4o"}, "llm_model"),
+        ({"llm_model": 'openai/gpt"\nimport os'}, "llm_model"),
+        ({"stt_model": ""}, "stt_model"),
+        ({"tts_model": "cartesia/sonic-3 --rm"}, "tts_model"),
+        ({"project_name": "   "}, "project_name"),
+    ],
+)
+def test_a_bad_answer_stops_generation_with_one_clear_error(cookies, capfd, tmp_path, answers, question):
+    result = bake(cookies, **answers)
+    assert result.exit_code != 0
+    err = capfd.readouterr().err
+    assert re.search(rf"^ERROR: {question} ", err, re.MULTILINE), err
+    # nothing half-written is left behind (pytest-cookies bakes into tmp_path/cookies)
+    assert list((tmp_path / "cookies").glob("bake*/*")) == []
+
+
+@pytest.mark.parametrize(("question", "answer"), [("python_version", "3.9"), ("memory_backend", "redis"), ("recipe", "nope")])
+def test_an_answer_outside_a_choice_list_is_refused_by_name(cookies, tmp_path, question, answer):
+    result = bake(cookies, **{question: answer})
+    assert result.exit_code != 0
+    assert question in str(result.exception) and answer in str(result.exception)
+    assert list((tmp_path / "cookies").glob("bake*/*")) == []
+
+
+HOSTILE = [
+    'Quote " and \' and """ and \'\'\'',
+    "Back\\slash \\n \\u0041 and a tab\t!",
+    "${HOME} $(id) `id` <script>alert(1)</script> ; rm -rf /",
+    "Ünïcödé — ☎ voice agent",
+]
+
+
+# Jinja markup is left out on purpose: cookiecutter renders answers as templates (its
+# documented feature), so "{{ 7 * 7 }}" becomes "49" before any hook sees it.
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_free_text_is_kept_as_data(cookies, text):
+    result = bake(cookies, project_name="Safe Name", description=text)
+    assert result.exit_code == 0, result.exception
+    pyproject = tomllib.loads((result.project_path / "pyproject.toml").read_text())
+    assert pyproject["project"]["description"] == text
+    assert text in (result.project_path / "README.md").read_text()
+
+
+def test_the_generated_dependencies_are_the_ones_this_environment_runs(cookies):
+    result = bake(cookies)
+    pyproject = tomllib.loads((result.project_path / "pyproject.toml").read_text())
+    wanted = pyproject["project"]["dependencies"] + pyproject["dependency-groups"]["dev"]
+    for line in wanted:
+        req = Requirement(line)
+        installed = metadata.version(req.name)
+        assert req.specifier.contains(installed, prereleases=True), f"{req} but {installed} is installed"
+
+
+@pytest.mark.parametrize("answers", COMBINATIONS, ids=lambda a: "-".join(a.values()))
+def test_every_choice_renders_and_its_own_tests_pass(cookies, answers):
+    result = bake(cookies, **answers)
+    assert result.exit_code == 0, result.exception
+    tests = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=result.project_path)
+    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
+    assert re.search(r"\d+ passed", tests.stdout)
+
+
+def test_the_demo_shows_call_two_receiving_what_call_one_saved(cookies):
+    result = bake(cookies)
+    demo = run([sys.executable, "demo.py"], cwd=result.project_path, timeout=120)
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    saved, _, block = demo.stdout.partition("== the memory block call 2's model received")
+    assert "fact     home_city = Lisbon" in saved
+    assert "vegetarian" in saved
+    assert "name: Maria" in block and "vegetarian" in block

@@ -1,0 +1,109 @@
+"""Two calls from the same caller through the real agent, offline: `uv run demo.py`.
+
+Call 1: the caller tells the agent a few things. Call 2 (a new session, the memory
+file opened again as a new worker process would): the script prints the memory
+block the model received before answering. No room, microphone or key is needed:
+the model is a scripted stand-in (tests/scripted_llm.py) unless LIVEKIT_API_KEY and
+LIVEKIT_API_SECRET are set (in the environment or .env.local), in which case the
+real model from agent.py answers through LiveKit Inference.
+
+Options: --db PATH keeps the memory file (default: a temporary one, removed after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import textwrap
+from pathlib import Path
+
+from livekit.agents import AgentSession, inference, llm
+
+import agent
+import memory
+from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
+
+CALLER = "demo-caller"
+CALL_ONE = [
+    "Hi, I'm Maria. I just moved to Lisbon for a new job.",
+    "My sister Ana is visiting next week. She's vegetarian, so I need dinner ideas.",
+]
+CALL_TWO = ["Can you remind me what my sister eats? I want to book a restaurant for her visit."]
+
+SCRIPT_ONE = [
+    "Hello! How can I help you today?",
+    ToolCall("remember", {"kind": "name", "value": "Maria"}),
+    ToolCall("remember", {"kind": "home city", "value": "Lisbon"}),
+    "Nice to meet you, Maria, and welcome to Lisbon!",
+    "Lovely. I'll keep in mind that Ana is vegetarian.",
+]
+SCRIPT_TWO = [
+    "Welcome back, Maria!",
+    "Ana is vegetarian, so look for a place with good vegetarian dishes.",
+]
+
+
+def model_for(script: list) -> llm.LLM:
+    if os.getenv("LIVEKIT_API_KEY") and os.getenv("LIVEKIT_API_SECRET"):
+        return inference.LLM(model=agent.LLM_MODEL)
+    return ScriptedLLM(script)
+
+
+async def run_call(store: memory.SQLiteMemory, call_id: str, turns: list[str], script: list) -> llm.LLM:
+    call = memory.CallMemory(store, CALLER, call_id)
+    call.start()
+    model = model_for(script)
+    async with AgentSession(llm=model) as session:
+        agent.start_capture(session, call)
+        await session.start(agent.Assistant(call, model=model))
+        if session.current_speech is not None:
+            await session.current_speech.wait_for_playout()
+        print_replies(session.history.items)  # the greeting
+        for text in turns:
+            print(f"  caller: {text}")
+            result = await session.run(user_input=text)
+            print_replies(event.item for event in result.events)
+    return model
+
+
+def print_replies(items) -> None:
+    for item in items:
+        if item.type == "message" and item.role == "assistant":
+            print(f"  agent:  {item.text_content}")
+        elif item.type == "function_call":
+            print(f"  (tool)  {item.name}({item.arguments})")
+
+
+async def main(db: Path) -> None:
+    live = bool(os.getenv("LIVEKIT_API_KEY") and os.getenv("LIVEKIT_API_SECRET"))
+    print(f"model: {agent.LLM_MODEL} (live)" if live else "model: scripted stand-in (no LiveKit keys)")
+    print(f"memory file: {db}\n\n== call 1 ==")
+    store = memory.open_store(db)
+    await run_call(store, "call-1", CALL_ONE, SCRIPT_ONE)
+    print("\n== what call 1 saved ==")
+    for fact in (await store.profile(CALLER)).facts:
+        print(f"  fact     {fact.kind} = {fact.value}")
+    for e in await store.exchanges(CALLER):
+        print(f"  exchange caller: {e.user_text!r}\n           agent:  {e.assistant_text!r}")
+    await store.close()
+
+    print("\n== call 2 (new session, memory file opened again) ==")
+    store = memory.open_store(db)
+    model = await run_call(store, "call-2", CALL_TWO, SCRIPT_TWO)
+    await store.close()
+    if isinstance(model, ScriptedLLM):
+        print("\n== the memory block call 2's model received with the caller's question ==")
+        print(textwrap.indent(memory_blocks(model.requests[-1])[0], "  "))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, help="memory file to use and keep")
+    args = parser.parse_args()
+    if args.db:
+        asyncio.run(main(args.db))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(main(Path(tmp) / "memory.db"))

@@ -1,0 +1,235 @@
+"""The SQLite memory store on a real file: search, forget, schema, several processes."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import sqlite3
+import time
+
+import pytest
+
+import memory
+
+ALICE = "alice@example.com"
+
+
+def exchange(n: int, caller: str = ALICE, text: str | None = None, call_id: str = "call-1") -> memory.Exchange:
+    return memory.Exchange(
+        key=memory.exchange_key(caller, f"item_{n}"),
+        caller_id=caller,
+        call_id=call_id,
+        user_text=text or f"turn {n}",
+        assistant_text="ok",
+        item_ids=(f"item_{n}",),
+    )
+
+
+async def test_recall_ranks_the_exchange_that_matches_the_question(store):
+    await store.save(exchange(1, text="I'm training for the Berlin marathon in September."))
+    await store.save(exchange(2, text="My cat knocked over a plant today."))
+    await store.save(exchange(3, text="The weather is grey again."))
+    recall = await store.recall(ALICE, "Which marathon am I training for?")
+    assert recall.exchanges[0].user_text.startswith("I'm training for the Berlin marathon")
+    assert all("cat" not in e.user_text for e in recall.exchanges)
+
+
+async def test_recall_matches_other_word_forms(store):
+    await store.save(exchange(1, text="We went hiking in the Alps."))
+    recall = await store.recall(ALICE, "Do you remember where I hiked?")
+    assert [e.user_text for e in recall.exchanges] == ["We went hiking in the Alps."]
+
+
+async def test_recall_leaves_out_the_current_call(store):
+    await store.save(exchange(1, text="Paris trip planning", call_id="call-1"))
+    await store.save(exchange(2, text="Paris hotel booking", call_id="call-2"))
+    recall = await store.recall(ALICE, "Paris", exclude_call_id="call-2")
+    assert [e.call_id for e in recall.exchanges] == ["call-1"]
+
+
+async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
+    await store.save(exchange(1, text="what did you do"))
+    assert (await store.recall(ALICE, "what did you do?")).exchanges == ()
+    assert memory.fts_query("what did you ... do?") is None
+
+
+@pytest.mark.parametrize("question", ['"unbalanced', "NEAR(a b)", "a* OR -b", "x AND", "caller_key:k0"])
+async def test_search_syntax_in_what_the_caller_says_is_just_words(store, question):
+    await store.save(exchange(1, text="near the river bank"))
+    await store.recall(ALICE, question)  # must not raise an FTS5 syntax error
+
+
+async def test_saving_the_same_exchange_again_replaces_it(store):
+    first = exchange(1, text="my number is 5")
+    await store.save(first)
+    await store.save(first)
+    await store.save(memory.Exchange(**{**first.__dict__, "assistant_text": "noted, 5"}))
+    rows = await store.exchanges(ALICE)
+    assert [(e.user_text, e.assistant_text) for e in rows] == [("my number is 5", "noted, 5")]
+
+
+async def test_forgetting_a_fact_deletes_only_that_fact(store):
+    await store.remember(ALICE, "home city", "Lisbon")
+    await store.remember(ALICE, "name", "Alice")
+    assert await store.forget(ALICE, kind="Home City") == 1
+    assert [f.kind for f in (await store.profile(ALICE)).facts] == ["name"]
+
+
+async def test_forgetting_everything_deletes_rows_and_index_entries(store, db_path):
+    await store.save(exchange(1, text="my secret word is pineapple"))
+    await store.save(exchange(2, caller="bob", text="bob likes pineapple too"))
+    await store.remember(ALICE, "name", "Alice")
+    await store.save_summary(ALICE, "call-1", "talked about pineapple")
+    assert await store.forget(ALICE) == 3
+
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT count(*) FROM exchanges WHERE caller_id = ?", (ALICE,)).fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM facts").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM summaries").fetchone()[0] == 0
+    # The full-text index itself holds one document: bob's. Alice's terms are gone.
+    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
+    assert conn.execute("SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH 'secret'").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH 'pineapple'").fetchone()[0] == 1
+    conn.close()
+    assert (await store.recall(ALICE, "secret pineapple")).empty
+
+
+async def test_a_new_file_gets_the_current_schema_version(db_path):
+    store = memory.open_store(db_path)
+    await store.close()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == memory.SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+async def test_reopening_an_existing_file_keeps_what_it_holds(db_path):
+    store = memory.open_store(db_path)
+    await store.remember(ALICE, "name", "Alice")
+    await store.close()
+    store = memory.open_store(db_path)
+    assert (await store.profile(ALICE)).facts[0].value == "Alice"
+    await store.close()
+
+
+def test_a_file_from_a_newer_version_is_refused_with_a_clear_error(db_path):
+    conn = sqlite3.connect(db_path)
+    conn.execute(f"PRAGMA user_version = {memory.SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(RuntimeError, match="newer than this code"):
+        memory.open_store(db_path)
+
+
+def test_migrations_are_applied_in_order_from_an_older_file(db_path, monkeypatch):
+    monkeypatch.setattr(memory, "MIGRATIONS", memory.MIGRATIONS + ["CREATE TABLE notes (x TEXT);"])
+    monkeypatch.setattr(memory, "SCHEMA_VERSION", len(memory.MIGRATIONS))
+    conn = sqlite3.connect(db_path)
+    for statement in memory._split_sql(memory.MIGRATIONS[0]):
+        conn.execute(statement)
+    conn.execute("INSERT INTO facts VALUES ('a', 'name', 'Alice', 0)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    store = memory.open_store(db_path)
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("SELECT value FROM facts").fetchone()[0] == "Alice"
+    conn.execute("SELECT x FROM notes")
+    conn.close()
+    asyncio.run(store.close())
+
+
+def _write_from_process(path: str, worker: int, count: int) -> None:
+    async def main() -> None:
+        store = memory.open_store(path)
+        for n in range(count):
+            caller = f"caller-{n % 3}"
+            await store.save(exchange(worker * 1000 + n, caller=caller, text=f"worker {worker} note {n}"))
+            await store.remember(caller, f"last worker {worker}", str(n))
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_several_worker_processes_writing_one_file_lose_nothing(db_path):
+    # LiveKit runs each job in its own process; all of them share the memory file.
+    workers, count = 4, 40
+    ctx = multiprocessing.get_context("spawn")
+    processes = [ctx.Process(target=_write_from_process, args=(str(db_path), w, count)) for w in range(workers)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(120)
+    assert [p.exitcode for p in processes] == [0] * workers
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT count(*) FROM exchanges").fetchone()[0] == workers * count
+    assert conn.execute("SELECT count(*) FROM facts").fetchone()[0] == 3 * workers
+    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
+    conn.close()
+
+
+async def test_database_work_runs_off_the_event_loop(db_path):
+    class SlowSQL(memory.SQLiteMemory):
+        def _recall(self, *args):
+            time.sleep(0.3)  # a slow disk: blocks the thread it runs on
+            return super()._recall(*args)
+
+    store = SlowSQL.open(db_path)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await store.recall(ALICE, "anything")
+    task.cancel()
+    # the loop kept running while the query slept (it would be ~0 if blocked)
+    assert ticks >= 10
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    ("caller_id", "reason"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("a" * 129, "129 characters long; the limit is 128"),
+        ("room/../../etc", "characters outside"),
+        ('alice"; DROP TABLE facts; --', "characters outside"),
+        ("ali ce", "characters outside"),
+        ("*", "characters outside"),
+        (None, "must be a string"),
+        (42, "must be a string"),
+    ],
+)
+def test_bad_caller_ids_are_refused_with_the_reason(caller_id, reason):
+    with pytest.raises(memory.InvalidCallerId, match=reason.replace("(", r"\(")):
+        memory.validate_caller_id(caller_id)
+
+
+@pytest.mark.parametrize("caller_id", ["alice", "alice@example.com", "+15550100200", "user:42", "a" * 128])
+def test_good_caller_ids_pass_unchanged(caller_id):
+    assert memory.validate_caller_id(caller_id) == caller_id
+
+
+@pytest.mark.parametrize(
+    ("number", "e164"),
+    [("+1 (555) 010-0200", "+15550100200"), ("0044 20 7946 0000", "+442079460000"), ("15550100200", "+15550100200")],
+)
+def test_phone_numbers_are_normalised_to_e164(number, e164):
+    assert memory.normalise_phone_number(number) == e164
+
+
+@pytest.mark.parametrize("number", ["", "anonymous", "12345", "+0123456789", "+1234567890123456"])
+def test_unusable_phone_numbers_are_refused(number):
+    with pytest.raises(memory.InvalidCallerId, match="E.164"):
+        memory.normalise_phone_number(number)
+
+
+async def test_bad_caller_ids_never_reach_the_store(store):
+    for call in (store.recall("../x", "q"), store.remember("", "name", "x"), store.forget("a b")):
+        with pytest.raises(memory.InvalidCallerId):
+            await call
