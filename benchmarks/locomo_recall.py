@@ -342,6 +342,10 @@ class Bench:
             out.update(self.item_turns.get(item_id, []))
         return out
 
+    def exchange_line(self, e: Any) -> str:
+        """The block line of one exchange, rendered by the generated format_block."""
+        return self.memory.format_block(self.memory.Recall(exchanges=(e,)), max_chars=10**9).splitlines()[-1]
+
     async def ask(self, store: Any, caller_id: str, call_id: str, question: str) -> tuple[str, float]:
         """One fresh call, the question as the caller's typed turn: the memory block the
         model got for it and how long llm_node waited for it."""
@@ -394,17 +398,14 @@ class Bench:
                 t = time.perf_counter()
                 top = await store.recall(caller_id, q, limit=self.memory.RECALL_EXCHANGES)
                 rec["raw_recall_ms"] = (time.perf_counter() - t) * 1000
-                # cross-check by item ids: evidence in a ranked exchange whose line survived the cap
-                lines = set(block.splitlines())
-                in_block_ids: set[str] = set()
-                for e in top.exchanges:
-                    line = self.memory.format_block(self.memory.Recall(exchanges=(e,)), max_chars=10**9).splitlines()[-1]
-                    if line in lines:
-                        in_block_ids |= self.exchange_turns(e)
-                rec["exchanges_in_block"] = sum(
-                    1 for e in top.exchanges
-                    if self.memory.format_block(self.memory.Recall(exchanges=(e,)), max_chars=10**9).splitlines()[-1] in lines
-                )
+                # Cross-check by item ids: evidence in a ranked exchange whose line (as
+                # format_block renders it) survived the cap.
+                lines = block.splitlines()
+                shown = [e for e in top.exchanges if self.exchange_line(e) in lines]
+                in_block_ids = set().union(*(self.exchange_turns(e) for e in shown))
+                rec["exchanges_ranked"] = len(top.exchanges)
+                rec["exchanges_in_block"] = len(shown)
+                rec["exchange_chars_in_block"] = sum(len(self.exchange_line(e)) + 1 for e in shown)
                 rec["found_in_block_by_id"] = [d for d in ev if d in in_block_ids]
                 for k in RECALL_KS:
                     r = await store.recall(caller_id, q, limit=k)
@@ -469,7 +470,23 @@ def latency(questions: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def markdown(summary: dict[str, Any], lat: dict[str, Any], cap: int) -> str:
+def block_stats(questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the agent's blocks were made of (means over questions)."""
+    if not questions:
+        return {}
+    return {
+        "mean_block_chars": round(statistics.fmean(q["block_chars"] for q in questions), 1),
+        "mean_exchange_chars": round(statistics.fmean(q["exchange_chars_in_block"] for q in questions), 1),
+        "mean_exchanges_ranked": round(statistics.fmean(q["exchanges_ranked"] for q in questions), 2),
+        "mean_exchanges_in_block": round(statistics.fmean(q["exchanges_in_block"] for q in questions), 2),
+        "exchanges_in_block_histogram": {
+            str(n): sum(1 for q in questions if q["exchanges_in_block"] == n)
+            for n in sorted({q["exchanges_in_block"] for q in questions})
+        },
+    }
+
+
+def markdown(summary: dict[str, Any], lat: dict[str, Any], cap: int, recall_limit: int) -> str:
     def f(x: Any) -> str:
         return "-" if x is None else f"{x:.3f}"
 
@@ -494,14 +511,11 @@ def markdown(summary: dict[str, Any], lat: dict[str, Any], cap: int) -> str:
         "| --- | --- | --- | --- |",
     ]
     names = {"block_wait": "llm_node wait for the block (CallMemory.block_for)",
-             "raw_recall": f"store.recall (limit {RECALL_EXCHANGES_LABEL})",
+             "raw_recall": f"store.recall (limit {recall_limit}, as block_for)",
              "recency_build": "recency block build"}
     for key, v in lat.items():
         rows.append(f"| {names[key]} | {v['p50_ms']:.2f} | {v['p95_ms']:.2f} | {v['max_ms']:.2f} |")
     return "\n".join(rows)
-
-
-RECALL_EXCHANGES_LABEL = "RECALL_EXCHANGES"
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -517,8 +531,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         db_dir = tmp_path / "db"
         db_dir.mkdir()
         bench = Bench(project, db_dir, args.max_block_chars)
-        global RECALL_EXCHANGES_LABEL
-        RECALL_EXCHANGES_LABEL = str(bench.memory.RECALL_EXCHANGES)
         warnings = _count_warnings()
         convs = []
         for record in records:
@@ -568,8 +580,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "greeting_evidence_question_turn_pairs": greeting_pairs,
             "questions_with_greeting_evidence": greeting_questions,
             "memory_warnings": dict(warnings),
+            "replay": {
+                k: sum(c["integrity"][k] for c in convs)
+                for k in (convs[0]["integrity"] if convs else {})
+            },
         },
         "summary": summary,
+        "block_stats": block_stats(questions),
         "latency": lat,
         "timing_s": {
             "render": round(render_s, 2),
@@ -609,7 +626,8 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(markdown(result["summary"], result["latency"], result["config"]["max_block_chars"]))
+    cfg = result["config"]
+    print(markdown(result["summary"], result["latency"], cfg["max_block_chars"], cfg["recall_exchanges"]))
     c = result["counts"]
     print(
         f"\n{c['questions_scored']} questions scored ({c['questions_skipped_no_evidence']} without usable "
@@ -617,6 +635,13 @@ def main() -> None:
         f"distinct turns, in {c['questions_with_greeting_evidence']} questions; memory warnings: "
         f"{sum(c['memory_warnings'].values())}; run time {result['timing_s']['total']:.0f} s"
     )
+    b = result["block_stats"]
+    if b:
+        print(
+            f"agent block: mean {b['mean_block_chars']:.0f} chars, of which exchange lines "
+            f"{b['mean_exchange_chars']:.0f}; exchanges shown {b['mean_exchanges_in_block']:.2f} "
+            f"of {b['mean_exchanges_ranked']:.2f} ranked"
+        )
 
 
 if __name__ == "__main__":
