@@ -63,8 +63,9 @@ class Assistant(Agent):
         self.session.generate_reply(instructions="Greet the caller, by name if you know it.")
 
     async def on_exit(self) -> None:
-        # Runs when the session closes: write what is pending while the process lives.
-        await self.call.aclose()
+        # Runs when the session closes or hands off to another agent: write what is
+        # pending now, while the process surely lives. (Bounded: FLUSH_TIMEOUT.)
+        await self.call.flush()
 
     async def llm_node(self, chat_ctx, tools, model_settings):
         # Recall here, not in on_user_turn_completed: editing the turn there discards
@@ -162,7 +163,8 @@ async def entrypoint(ctx: JobContext) -> None:
 
     call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=ctx.job.id)
     call.start()  # preload facts and call summaries while the session starts
-    # A hang-up ends the job: flush pending writes before the process goes away.
+    # A hang-up closes the session and then the job; the job waits for shutdown
+    # callbacks (up to shutdown_process_timeout), so the last writes land here.
     ctx.add_shutdown_callback(call.aclose)
 
     session = AgentSession(

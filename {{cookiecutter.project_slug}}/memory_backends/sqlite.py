@@ -667,6 +667,7 @@ class CallMemory:
         self._writer: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._closed = False
+        self._closing: asyncio.Task[int] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -845,37 +846,50 @@ class CallMemory:
             return None
         return "The caller talked about: " + "; ".join(_clip(t, 80) for t in said)
 
-    async def aclose(self, timeout: float = FLUSH_TIMEOUT) -> int:
-        """Flush pending writes and save the call summary within ``timeout`` seconds;
-        returns how many exchanges are still unsaved (0 when everything was written).
-        Safe to call more than once."""
-        if self._closed:
-            return len(self._pending)
-        self._closed = True
-        if self._preload is not None and not self._preload.done():
-            self._preload.cancel()
-        for task in self._recall_tasks.values():
-            task.cancel()
+    async def flush(self, timeout: float = FLUSH_TIMEOUT) -> int:
+        """Wait up to ``timeout`` seconds for pending writes; returns how many
+        exchanges are still unsaved. Capture goes on (an agent handoff flushes here
+        and the call continues)."""
         try:
-            await asyncio.wait_for(self._finish(), timeout)
+            await asyncio.wait_for(self._drain(), timeout)
         except asyncio.TimeoutError:
             pass
-        if self._pending:
-            logger.error(
-                "memory: %d exchange(s) of caller %s not saved before the call closed: %s",
-                len(self._pending), self.caller_id,
-                json.dumps([e.__dict__ for e in self._pending.values()], default=str)[:4000],
-            )
         return len(self._pending)
 
-    async def _finish(self) -> None:
-        await self._drain()
+    async def aclose(self, timeout: float = FLUSH_TIMEOUT) -> int:
+        """End the call: stop capturing, flush pending writes and save the call
+        summary, all within ``timeout`` seconds. Returns how many exchanges are
+        still unsaved (0 when everything was written); those are logged in full at
+        ERROR level, the last place they can still be recovered from. Safe to call
+        from several places (session close, job shutdown): they share one close."""
+        if self._closing is None:
+            self._closed = True
+            if self._preload is not None and not self._preload.done():
+                self._preload.cancel()
+            for task in self._recall_tasks.values():
+                task.cancel()
+            self._closing = asyncio.create_task(self._close(timeout), name="memory-close")
+        return await asyncio.shield(self._closing)
+
+    async def _close(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        unsaved = await self.flush(timeout)
         summary = self.summary()
-        if summary:
+        if summary and not unsaved:
             try:
-                await self.store.save_summary(self.caller_id, self.call_id, summary)  # type: ignore[arg-type]
+                await asyncio.wait_for(
+                    self.store.save_summary(self.caller_id, self.call_id, summary),  # type: ignore[arg-type]
+                    max(0.0, deadline - time.monotonic()),
+                )
             except Exception as exc:
                 self._warn_once("summary", "could not save the call summary: %r", exc)
+        if unsaved:
+            logger.error(
+                "memory: %d exchange(s) of caller %s not saved before the call closed: %s",
+                unsaved, self.caller_id,
+                json.dumps([e.__dict__ for e in self._pending.values()], default=str),
+            )
+        return unsaved
 
     async def _drain(self) -> None:
         while self._pending:

@@ -48,4 +48,6 @@ async def call(
             # the on_enter greeting: let it finish, as a caller would hear it first
             await asyncio.wait_for(session.current_speech.wait_for_playout(), 10)
         yield session, call_memory
-    # leaving AgentSession closes it: Assistant.on_exit has flushed pending writes
+    # Leaving AgentSession closed it (Assistant.on_exit flushed); then, as the job's
+    # shutdown callback does, end the call's memory.
+    await call_memory.aclose()

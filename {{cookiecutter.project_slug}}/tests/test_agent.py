@@ -102,6 +102,16 @@ async def test_the_greeting_uses_the_preloaded_profile(store):
     assert "name: Alice" in last_block_of(model.requests[0])
 
 
+async def test_the_next_call_starts_with_a_summary_of_the_last(store):
+    async with call(store, ALICE, ScriptedLLM()) as (session, _):
+        await say(session, "I'm calling about my broken washing machine.")
+    model = ScriptedLLM(["Hi again!"])
+    async with call(store, ALICE, model, call_id="call-2"):
+        pass
+    greeting_block = last_block_of(model.requests[0])
+    assert "Latest calls:" in greeting_block and "broken washing machine" in greeting_block
+
+
 class SlowStore(memory.SQLiteMemory):
     """The real store, except that recall waits until `gate` is set."""
 
@@ -262,8 +272,8 @@ async def test_unsaved_exchanges_are_reported_not_silently_lost(db_path, caplog)
 
     store = BrokenWrites.open(db_path)
     with caplog.at_level(logging.ERROR, logger="memory"):
-        async with call(store, ALICE, ScriptedLLM()) as (session, call_memory):
-            await say(session, "Please keep this.")
+        call_memory = memory.CallMemory(store, ALICE, "call-1")
+        call_memory.capture("user", "item_1", "Please keep this.")
         assert await call_memory.aclose(timeout=0.5) == 1
     assert any("Please keep this." in r.getMessage() for r in caplog.records)
     await store.close()
