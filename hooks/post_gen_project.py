@@ -12,8 +12,9 @@ import shutil
 import sys
 from pathlib import Path
 
+# tojson escapes ' as \u0027, so the answers cannot end this raw string early.
 ANSWERS = json.loads(r'''{{ cookiecutter | tojson }}''')
-KIT_DIR = Path(r'''{{ kit_dir }}''')
+KIT_DIR = Path(json.loads(r'''{{ kit_dir | tojson }}'''))
 PROJECT = Path.cwd()
 
 # agent.py setting -> the answer that sets it
@@ -48,8 +49,10 @@ def set_agent_settings() -> None:
         line = re.compile(rf'^{setting} = ".*"$', re.MULTILINE)
         if len(line.findall(source)) != 1:
             fail(f"agent.py must assign {setting} exactly once as a string literal.")
-        value = json.dumps(ANSWERS[answer])  # a valid Python string literal too
-        source = line.sub(lambda _: f"{setting} = {value}", source)
+        # json.dumps gives a valid Python string literal too; a function replacement
+        # keeps re.sub from reading backslashes in it as escapes.
+        assignment = f"{setting} = {json.dumps(ANSWERS[answer])}"
+        source = line.sub(lambda _, text=assignment: text, source)
     path.write_text(source)
 
 

@@ -10,8 +10,13 @@ import re
 import sys
 from pathlib import Path
 
+# tojson escapes ' as \u0027, so the answers cannot end this raw string early.
 ANSWERS = json.loads(r'''{{ cookiecutter | tojson }}''')
-KIT_DIR = r'''{{ kit_dir }}'''
+KIT_DIR = json.loads(r'''{{ kit_dir | tojson }}''')
+
+# LiveKit Inference model strings: "provider/model", optionally ":variant".
+# https://docs.livekit.io/agents/models/
+MODEL_STRING = r"[a-z0-9-]+/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?"
 
 RULES = {
     "project_slug": (
@@ -22,14 +27,18 @@ RULES = {
         r"[A-Za-z0-9][A-Za-z0-9_-]*",
         "letters, digits, '-' and '_', at most 50 characters",
     ),
-    # LiveKit Inference model strings: "provider/model", optionally ":variant".
-    # https://docs.livekit.io/agents/models/
-    "llm_model": (r"[a-z0-9-]+/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?", "a model string such as 'openai/gpt-4.1-mini'"),
-    "stt_model": (r"[a-z0-9-]+/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?", "a model string such as 'deepgram/nova-3'"),
-    "tts_model": (r"[a-z0-9-]+/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?", "a model string such as 'cartesia/sonic-3'"),
+    "llm_model": (MODEL_STRING, "a model string such as 'openai/gpt-4.1-mini'"),
+    "stt_model": (MODEL_STRING, "a model string such as 'deepgram/nova-3'"),
+    "tts_model": (MODEL_STRING, "a model string such as 'cartesia/sonic-3'"),
     "python_version": (r"3\.(1[1-9])", "3.11 or newer, as '3.X'"),
 }
-MAX_CHARS = {"project_slug": 50, "agent_name": 50, "llm_model": 100, "stt_model": 100, "tts_model": 100}
+MAX_CHARS = {
+    "project_slug": 50,
+    "agent_name": 50,
+    "llm_model": 100,
+    "stt_model": 100,
+    "tts_model": 100,
+}
 # What can be chosen is what the kit holds: a backend is a file in the template's
 # memory_backends/, a recipe is a file in recipes/ ("default" is agent.py itself).
 TEMPLATE_DIR = Path(KIT_DIR) / "{{ '{{cookiecutter.project_slug}}' }}"
@@ -47,7 +56,11 @@ def fail(message: str) -> None:
 def check_text(name: str) -> None:
     value = ANSWERS.get(name)
     pattern, accepted = RULES[name]
-    if not isinstance(value, str) or len(value) > MAX_CHARS.get(name, 50) or not re.fullmatch(pattern, value):
+    if (
+        not isinstance(value, str)
+        or len(value) > MAX_CHARS.get(name, 50)
+        or not re.fullmatch(pattern, value)
+    ):
         fail(f"{name} = {value!r} is not valid; use {accepted}.")
 
 
@@ -59,7 +72,9 @@ def check_choice(name: str) -> None:
 
 def main() -> None:
     if not KIT_DIR:
-        fail("the template was loaded without local_extensions.py; run cookiecutter on the repository itself.")
+        fail(
+            "the template was loaded without local_extensions.py; run cookiecutter on the repository itself."
+        )
     if not str(ANSWERS.get("project_name", "")).strip():
         fail("project_name is empty; give the project a name.")
     for name in RULES:

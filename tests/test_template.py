@@ -16,9 +16,13 @@ import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-CHOICES = {k: v for k, v in json.loads((ROOT / "cookiecutter.json").read_text()).items() if isinstance(v, list)}
+CHOICES = {
+    k: v
+    for k, v in json.loads((ROOT / "cookiecutter.json").read_text()).items()
+    if isinstance(v, list)
+}
 COMBINATIONS = [
-    dict(zip(("memory_backend", "recipe"), combo))
+    dict(zip(("memory_backend", "recipe"), combo, strict=True))
     for combo in itertools.product(CHOICES["memory_backend"], CHOICES["recipe"])
 ]
 
@@ -29,7 +33,9 @@ def bake(cookies, **answers):
 
 def run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     # The model keys must not leak in: these runs are the offline ones.
-    env = {k: v for k, v in os.environ.items() if k not in ("LIVEKIT_API_KEY", "LIVEKIT_API_SECRET")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LIVEKIT_API_KEY", "LIVEKIT_API_SECRET")
+    }
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -41,10 +47,20 @@ def test_the_default_project_has_one_backend_as_memory_py_and_one_agent(cookies)
     files = sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
     assert "agent.py" in files and "memory.py" in files
     assert not (project / "memory_backends").exists()
-    for name in ("pyproject.toml", ".env.example", "Dockerfile", ".dockerignore", "README.md", "AGENTS.md", "demo.py"):
+    for name in (
+        "pyproject.toml",
+        ".env.example",
+        "Dockerfile",
+        ".dockerignore",
+        "README.md",
+        "AGENTS.md",
+        "demo.py",
+    ):
         assert name in files
     # agent.py is the kit's own file, byte for byte, with only the settings set.
-    assert (project / "agent.py").read_text() == (ROOT / "{{cookiecutter.project_slug}}" / "agent.py").read_text()
+    assert (project / "agent.py").read_text() == (
+        ROOT / "{{cookiecutter.project_slug}}" / "agent.py"
+    ).read_text()
 
 
 @pytest.mark.parametrize("python_version", CHOICES["python_version"])
@@ -96,7 +112,9 @@ def test_the_answers_reach_agent_py_settings(cookies):
         ({"project_name": "   "}, "project_name"),
     ],
 )
-def test_a_bad_answer_stops_generation_with_one_clear_error(cookies, capfd, tmp_path, answers, question):
+def test_a_bad_answer_stops_generation_with_one_clear_error(
+    cookies, capfd, tmp_path, answers, question
+):
     result = bake(cookies, **answers)
     assert result.exit_code != 0
     err = capfd.readouterr().err
@@ -105,7 +123,10 @@ def test_a_bad_answer_stops_generation_with_one_clear_error(cookies, capfd, tmp_
     assert list((tmp_path / "cookies").glob("bake*/*")) == []
 
 
-@pytest.mark.parametrize(("question", "answer"), [("python_version", "3.9"), ("memory_backend", "redis"), ("recipe", "nope")])
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [("python_version", "3.9"), ("memory_backend", "redis"), ("recipe", "nope")],
+)
 def test_an_answer_outside_a_choice_list_is_refused_by_name(cookies, tmp_path, question, answer):
     result = bake(cookies, **{question: answer})
     assert result.exit_code != 0
@@ -114,7 +135,7 @@ def test_an_answer_outside_a_choice_list_is_refused_by_name(cookies, tmp_path, q
 
 
 HOSTILE = [
-    'Quote " and \' and """ and \'\'\'',
+    "Quote \" and ' and \"\"\" and '''",
     "Back\\slash \\n \\u0041 and a tab\t!",
     "${HOME} $(id) `id` <script>alert(1)</script> ; rm -rf /",
     "Ünïcödé — ☎ voice agent",
@@ -139,14 +160,18 @@ def test_the_generated_dependencies_are_the_ones_this_environment_runs(cookies):
     for line in wanted:
         req = Requirement(line)
         installed = metadata.version(req.name)
-        assert req.specifier.contains(installed, prereleases=True), f"{req} but {installed} is installed"
+        assert req.specifier.contains(installed, prereleases=True), (
+            f"{req} but {installed} is installed"
+        )
 
 
 @pytest.mark.parametrize("answers", COMBINATIONS, ids=lambda a: "-".join(a.values()))
 def test_every_choice_renders_and_its_own_tests_pass(cookies, answers):
     result = bake(cookies, **answers)
     assert result.exit_code == 0, result.exception
-    tests = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=result.project_path)
+    tests = run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=result.project_path
+    )
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
     assert re.search(r"\d+ passed", tests.stdout)
 

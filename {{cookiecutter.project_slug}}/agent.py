@@ -75,8 +75,11 @@ class Assistant(Agent):
         # the next step or turn starts from, so no reply ever sees two blocks.
         chat_ctx = chat_ctx.copy()
         last_user = next(
-            (i for i in reversed(range(len(chat_ctx.items)))
-             if chat_ctx.items[i].type == "message" and chat_ctx.items[i].role == "user"),
+            (
+                i
+                for i in reversed(range(len(chat_ctx.items)))
+                if chat_ctx.items[i].type == "message" and chat_ctx.items[i].role == "user"
+            ),
             None,
         )
         latest = chat_ctx.items[last_user].text_content or "" if last_user is not None else ""
@@ -114,8 +117,11 @@ def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
             # text_content joins text parts and drops images and expressive markup;
             # an interrupted reply holds only what was said before the barge-in.
             call.capture(
-                item.role, item.id, item.text_content,
-                interrupted=item.interrupted, created_at=item.created_at,
+                item.role,
+                item.id,
+                item.text_content,
+                interrupted=item.interrupted,
+                created_at=item.created_at,
             )
 
 

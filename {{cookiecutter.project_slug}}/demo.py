@@ -51,7 +51,9 @@ def model_for(script: list) -> llm.LLM:
     return ScriptedLLM(script)
 
 
-async def run_call(store: memory.SQLiteMemory, call_id: str, turns: list[str], script: list) -> llm.LLM:
+async def run_call(
+    store: memory.SQLiteMemory, call_id: str, turns: list[str], script: list
+) -> llm.LLM:
     call = memory.CallMemory(store, CALLER, call_id)
     call.start()
     model = model_for(script)
@@ -78,7 +80,9 @@ def print_replies(items) -> None:
 
 async def main(db: Path) -> None:
     live = bool(os.getenv("LIVEKIT_API_KEY") and os.getenv("LIVEKIT_API_SECRET"))
-    print(f"model: {agent.LLM_MODEL} (live)" if live else "model: scripted stand-in (no LiveKit keys)")
+    print(
+        f"model: {agent.LLM_MODEL} (live)" if live else "model: scripted stand-in (no LiveKit keys)"
+    )
     print(f"memory file: {db}\n\n== call 1 ==")
     store = memory.open_store(db)
     await run_call(store, "call-1", CALL_ONE, SCRIPT_ONE)

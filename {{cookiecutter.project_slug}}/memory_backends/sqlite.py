@@ -333,7 +333,9 @@ class SQLiteMemory:
             # check_same_thread=False only so close() can close it from another thread
             # once the executors are shut down; the connection is used by one thread.
             conn = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None,
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
                 check_same_thread=False,
             )
             conn.row_factory = sqlite3.Row
@@ -391,8 +393,17 @@ class SQLiteMemory:
                   OR assistant_text IS NOT excluded.assistant_text
                   OR interrupted IS NOT excluded.interrupted
                   OR item_ids IS NOT excluded.item_ids""",
-            (e.key, e.caller_id, caller_key(e.caller_id), e.call_id, e.user_text, e.assistant_text,
-             int(e.interrupted), json.dumps(list(e.item_ids)), e.created_at),
+            (
+                e.key,
+                e.caller_id,
+                caller_key(e.caller_id),
+                e.call_id,
+                e.user_text,
+                e.assistant_text,
+                int(e.interrupted),
+                json.dumps(list(e.item_ids)),
+                e.created_at,
+            ),
         )
 
     async def remember(self, caller_id: str, kind: str, value: str) -> Fact:
@@ -471,7 +482,9 @@ class SQLiteMemory:
         caller_id = validate_caller_id(caller_id)
         return await self._run(self._reader, self._recall, caller_id, query, exclude_call_id, limit)
 
-    def _recall(self, caller_id: str, query: str, exclude_call_id: str | None, limit: int) -> Recall:
+    def _recall(
+        self, caller_id: str, query: str, exclude_call_id: str | None, limit: int
+    ) -> Recall:
         conn = self._conn()
         facts = tuple(
             Fact(r["kind"], r["value"], r["updated_at"])
@@ -496,8 +509,12 @@ class SQLiteMemory:
                 """SELECT e.* FROM exchanges_fts f JOIN exchanges e ON e.rowid = f.rowid
                    WHERE exchanges_fts MATCH ? AND e.caller_id = ? AND e.call_id IS NOT ?
                    ORDER BY bm25(exchanges_fts, 0.0, 1.0, 1.0) LIMIT ?""",
-                (f"caller_key:{caller_key(caller_id)} AND ({match})", caller_id,
-                 exclude_call_id, limit),
+                (
+                    f"caller_key:{caller_key(caller_id)} AND ({match})",
+                    caller_id,
+                    exclude_call_id,
+                    limit,
+                ),
             )
             exchanges = tuple(_row_to_exchange(r) for r in rows)
         return Recall(facts, summaries, exchanges)
@@ -570,7 +587,9 @@ def open_store(path: str | Path) -> SQLiteMemory:
 # -- The memory block ----------------------------------------------------------------
 
 
-def format_block(recall: Recall | None, *, max_chars: int = MAX_BLOCK_CHARS, partial: bool = False) -> str:
+def format_block(
+    recall: Recall | None, *, max_chars: int = MAX_BLOCK_CHARS, partial: bool = False
+) -> str:
     """Render what was recalled as the one memory block of a reply.
 
     ``recall=None`` means memory could not be read in time: the block says so
@@ -706,8 +725,10 @@ class CallMemory:
             self._recall_tasks[key] = task
         try:
             recall = await asyncio.wait_for(asyncio.shield(task), self.recall_budget)
-        except asyncio.TimeoutError:
-            self._warn_once("slow", "recall took longer than %.2f s; replying without it", self.recall_budget)
+        except TimeoutError:
+            self._warn_once(
+                "slow", "recall took longer than %.2f s; replying without it", self.recall_budget
+            )
             return format_block(self.profile, max_chars=self.max_block_chars, partial=True)
         except Exception as exc:
             self._warn_once("recall", "recall failed, replying without memory: %r", exc)
@@ -753,10 +774,17 @@ class CallMemory:
             key = " ".join(text.split()).lower()
             self._recall_tasks = {k: t for k, t in self._recall_tasks.items() if k == key}
             if self._turn is None or self._turn["assistant"]:
-                self._previous, self._turn = self._turn, {
-                    "first": item_id, "user": [], "assistant": [], "ids": [],
-                    "interrupted": False, "at": at,
-                }
+                self._previous, self._turn = (
+                    self._turn,
+                    {
+                        "first": item_id,
+                        "user": [],
+                        "assistant": [],
+                        "ids": [],
+                        "interrupted": False,
+                        "at": at,
+                    },
+                )
             turn = self._turn
             turn["user"].append(text)
             self._said.append(text)
@@ -823,7 +851,8 @@ class CallMemory:
             return "Memory is off for this call, so this was not saved."
         try:
             fact = await asyncio.wait_for(
-                self.store.remember(self.caller_id, kind, value), FLUSH_TIMEOUT  # type: ignore[arg-type]
+                self.store.remember(self.caller_id, kind, value),
+                FLUSH_TIMEOUT,  # type: ignore[arg-type]
             )
         except InvalidFact as exc:
             return f"Not saved: {exc}."
@@ -852,7 +881,7 @@ class CallMemory:
         and the call continues)."""
         try:
             await asyncio.wait_for(self._drain(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         return len(self._pending)
 
@@ -886,7 +915,8 @@ class CallMemory:
         if unsaved:
             logger.error(
                 "memory: %d exchange(s) of caller %s not saved before the call closed: %s",
-                unsaved, self.caller_id,
+                unsaved,
+                self.caller_id,
                 json.dumps([e.__dict__ for e in self._pending.values()], default=str),
             )
         return unsaved

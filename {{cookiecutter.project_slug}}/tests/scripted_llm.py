@@ -39,7 +39,9 @@ class ScriptedLLM(llm.LLM):
     ``requests`` holds a copy of every chat context received, in order.
     """
 
-    def __init__(self, script: list[Reply] | Script | None = None, *, chunk_delay: float = 0.0) -> None:
+    def __init__(
+        self, script: list[Reply] | Script | None = None, *, chunk_delay: float = 0.0
+    ) -> None:
         super().__init__()
         self._script = script if callable(script) else list(script or [])
         self.chunk_delay = chunk_delay
@@ -58,7 +60,9 @@ class ScriptedLLM(llm.LLM):
             reply = self._script(chat_ctx)
         else:
             reply = self._script.pop(0) if self._script else "OK."
-        return _ScriptedStream(self, reply, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options)
+        return _ScriptedStream(
+            self, reply, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options
+        )
 
 
 class _ScriptedStream(llm.LLMStream):
@@ -74,12 +78,16 @@ class _ScriptedStream(llm.LLMStream):
                 arguments=json.dumps(self._reply.arguments),
                 call_id=f"call_{id(self)}",
             )
-            self._event_ch.send_nowait(ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", tool_calls=[call])))
+            self._event_ch.send_nowait(
+                ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", tool_calls=[call]))
+            )
             return
         words = self._reply.split(" ") if self._delay else [self._reply]
         for n, word in enumerate(words):
             text = word if n == 0 else " " + word
-            self._event_ch.send_nowait(ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", content=text)))
+            self._event_ch.send_nowait(
+                ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", content=text))
+            )
             if self._delay:
                 await asyncio.sleep(self._delay)
 

@@ -41,9 +41,7 @@ def last_block(model: ScriptedLLM) -> str:
 
 
 def history_text(session) -> str:
-    return "\n".join(
-        i.text_content or "" for i in session.history.items if i.type == "message"
-    )
+    return "\n".join(i.text_content or "" for i in session.history.items if i.type == "message")
 
 
 async def test_call_two_hears_what_call_one_said(db_path):
@@ -156,7 +154,10 @@ async def test_a_failing_store_still_gets_a_reply_and_warns_once(db_path, caplog
     warnings = [r for r in caplog.records if "recall failed" in r.getMessage()]
     assert len(warnings) == 1
     # Capture does not depend on recall: the turns were still saved.
-    assert [e.user_text for e in await store.exchanges(ALICE)] == ["First question?", "Second question?"]
+    assert [e.user_text for e in await store.exchanges(ALICE)] == [
+        "First question?",
+        "Second question?",
+    ]
     await store.close()
 
 
@@ -182,7 +183,9 @@ async def test_a_tool_call_reply_recalls_once(db_path):
             return await super().recall(*args, **kwargs)
 
     store = CountingStore.open(db_path)
-    model = ScriptedLLM(["Hi!", ToolCall("remember", {"kind": "home city", "value": "Porto"}), "Got it."])
+    model = ScriptedLLM(
+        ["Hi!", ToolCall("remember", {"kind": "home city", "value": "Porto"}), "Got it."]
+    )
     async with call(store, ALICE, model) as (session, _):
         before = CountingStore.recalls
         result = await say(session, "I live in Porto now.")
@@ -197,11 +200,15 @@ async def test_a_tool_call_reply_recalls_once(db_path):
 
 
 async def test_remember_replaces_an_older_value_of_the_same_kind(store):
-    model = ScriptedLLM([
-        "Hi!",
-        ToolCall("remember", {"kind": "Home City", "value": "Lisbon"}), "Noted.",
-        ToolCall("remember", {"kind": "home city", "value": "Porto"}), "Noted.",
-    ])
+    model = ScriptedLLM(
+        [
+            "Hi!",
+            ToolCall("remember", {"kind": "Home City", "value": "Lisbon"}),
+            "Noted.",
+            ToolCall("remember", {"kind": "home city", "value": "Porto"}),
+            "Noted.",
+        ]
+    )
     async with call(store, ALICE, model) as (session, _):
         await say(session, "I live in Lisbon.")
         await say(session, "Actually I moved to Porto.")
@@ -261,7 +268,9 @@ async def test_pending_saves_are_flushed_when_the_session_closes(db_path):
     assert call_memory.pending == 0
     await store.close()
     reopened = memory.open_store(db_path)
-    assert [e.user_text for e in await reopened.exchanges(ALICE)] == [f"Note number {n}." for n in range(3)]
+    assert [e.user_text for e in await reopened.exchanges(ALICE)] == [
+        f"Note number {n}." for n in range(3)
+    ]
     await reopened.close()
 
 
@@ -305,7 +314,12 @@ def test_livekit_joins_text_parts_as_capture_expects():
     # Capture relies on text_content joining text parts and skipping others.
     msg = llm.ChatMessage(role="user", content=["part one", "part two"])
     assert msg.text_content == "part one\npart two"
-    assert llm.ChatMessage(role="user", content=[llm.ImageContent(image="https://x/y.png")]).text_content is None
+    assert (
+        llm.ChatMessage(
+            role="user", content=[llm.ImageContent(image="https://x/y.png")]
+        ).text_content
+        is None
+    )
 
 
 def participant(identity: str, *, sip_number: str | None = None) -> rtc.RemoteParticipant:
@@ -315,7 +329,9 @@ def participant(identity: str, *, sip_number: str | None = None) -> rtc.RemotePa
     if sip_number is not None:
         info.kind = participant_pb2.ParticipantKind.PARTICIPANT_KIND_SIP
         info.attributes["sip.phoneNumber"] = sip_number
-    return rtc.RemoteParticipant(participant_pb2.OwnedParticipant(handle=handle_pb2.FfiOwnedHandle(id=0), info=info))
+    return rtc.RemoteParticipant(
+        participant_pb2.OwnedParticipant(handle=handle_pb2.FfiOwnedHandle(id=0), info=info)
+    )
 
 
 def test_the_caller_is_the_participant_identity():
@@ -328,7 +344,10 @@ def test_dispatch_metadata_names_the_caller_before_the_identity():
 
 
 def test_a_sip_caller_is_their_normalised_phone_number():
-    assert agent.caller_id_for(participant("sip_abc", sip_number="+1 (555) 010-0200"), "") == "+15550100200"
+    assert (
+        agent.caller_id_for(participant("sip_abc", sip_number="+1 (555) 010-0200"), "")
+        == "+15550100200"
+    )
 
 
 @pytest.mark.parametrize(

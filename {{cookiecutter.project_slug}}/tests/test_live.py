@@ -24,7 +24,9 @@ pytestmark = [
 async def test_the_real_model_answers_from_memory_in_the_next_call(store):
     async with call(store, "live-caller", inference.LLM(model=agent.LLM_MODEL)) as (session, _):
         await session.run(user_input="Hi, my name is Maria and my sister Ana is vegetarian.")
-    async with call(store, "live-caller", inference.LLM(model=agent.LLM_MODEL), call_id="call-2") as (session, _):
+    async with call(
+        store, "live-caller", inference.LLM(model=agent.LLM_MODEL), call_id="call-2"
+    ) as (session, _):
         result = await session.run(user_input="What does my sister not eat?")
     reply = next(e.item.text_content for e in result.events if e.type == "message")
     assert "meat" in reply.lower() or "vegetarian" in reply.lower(), reply

@@ -14,7 +14,9 @@ import memory
 ALICE = "alice@example.com"
 
 
-def exchange(n: int, caller: str = ALICE, text: str | None = None, call_id: str = "call-1") -> memory.Exchange:
+def exchange(
+    n: int, caller: str = ALICE, text: str | None = None, call_id: str = "call-1"
+) -> memory.Exchange:
     return memory.Exchange(
         key=memory.exchange_key(caller, f"item_{n}"),
         caller_id=caller,
@@ -53,7 +55,9 @@ async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
     assert memory.fts_query("what did you ... do?") is None
 
 
-@pytest.mark.parametrize("question", ['"unbalanced', "NEAR(a b)", "a* OR -b", "x AND", "caller_key:k0"])
+@pytest.mark.parametrize(
+    "question", ['"unbalanced', "NEAR(a b)", "a* OR -b", "x AND", "caller_key:k0"]
+)
 async def test_search_syntax_in_what_the_caller_says_is_just_words(store, question):
     await store.save(exchange(1, text="near the river bank"))
     await store.recall(ALICE, question)  # must not raise an FTS5 syntax error
@@ -83,13 +87,26 @@ async def test_forgetting_everything_deletes_rows_and_index_entries(store, db_pa
     assert await store.forget(ALICE) == 3
 
     conn = sqlite3.connect(db_path)
-    assert conn.execute("SELECT count(*) FROM exchanges WHERE caller_id = ?", (ALICE,)).fetchone()[0] == 0
+    assert (
+        conn.execute("SELECT count(*) FROM exchanges WHERE caller_id = ?", (ALICE,)).fetchone()[0]
+        == 0
+    )
     assert conn.execute("SELECT count(*) FROM facts").fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM summaries").fetchone()[0] == 0
     # The full-text index itself holds one document: bob's. Alice's terms are gone.
     conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
-    assert conn.execute("SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH 'secret'").fetchone()[0] == 0
-    assert conn.execute("SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH 'pineapple'").fetchone()[0] == 1
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH 'secret'"
+        ).fetchone()[0]
+        == 0
+    )
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH 'pineapple'"
+        ).fetchone()[0]
+        == 1
+    )
     conn.close()
     assert (await store.recall(ALICE, "secret pineapple")).empty
 
@@ -144,7 +161,9 @@ def _write_from_process(path: str, worker: int, count: int) -> None:
         store = memory.open_store(path)
         for n in range(count):
             caller = f"caller-{n % 3}"
-            await store.save(exchange(worker * 1000 + n, caller=caller, text=f"worker {worker} note {n}"))
+            await store.save(
+                exchange(worker * 1000 + n, caller=caller, text=f"worker {worker} note {n}")
+            )
             await store.remember(caller, f"last worker {worker}", str(n))
         await store.close()
 
@@ -155,7 +174,10 @@ def test_several_worker_processes_writing_one_file_lose_nothing(db_path):
     # LiveKit runs each job in its own process; all of them share the memory file.
     workers, count = 4, 40
     ctx = multiprocessing.get_context("spawn")
-    processes = [ctx.Process(target=_write_from_process, args=(str(db_path), w, count)) for w in range(workers)]
+    processes = [
+        ctx.Process(target=_write_from_process, args=(str(db_path), w, count))
+        for w in range(workers)
+    ]
     for p in processes:
         p.start()
     for p in processes:
@@ -210,14 +232,20 @@ def test_bad_caller_ids_are_refused_with_the_reason(caller_id, reason):
         memory.validate_caller_id(caller_id)
 
 
-@pytest.mark.parametrize("caller_id", ["alice", "alice@example.com", "+15550100200", "user:42", "a" * 128])
+@pytest.mark.parametrize(
+    "caller_id", ["alice", "alice@example.com", "+15550100200", "user:42", "a" * 128]
+)
 def test_good_caller_ids_pass_unchanged(caller_id):
     assert memory.validate_caller_id(caller_id) == caller_id
 
 
 @pytest.mark.parametrize(
     ("number", "e164"),
-    [("+1 (555) 010-0200", "+15550100200"), ("0044 20 7946 0000", "+442079460000"), ("15550100200", "+15550100200")],
+    [
+        ("+1 (555) 010-0200", "+15550100200"),
+        ("0044 20 7946 0000", "+442079460000"),
+        ("15550100200", "+15550100200"),
+    ],
 )
 def test_phone_numbers_are_normalised_to_e164(number, e164):
     assert memory.normalise_phone_number(number) == e164
