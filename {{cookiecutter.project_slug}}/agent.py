@@ -74,22 +74,16 @@ class Assistant(Agent):
         # The copy keeps the block out of session.history and out of the context
         # the next step or turn starts from, so no reply ever sees two blocks.
         chat_ctx = chat_ctx.copy()
-        last_user = next(
-            (
-                i
-                for i in reversed(range(len(chat_ctx.items)))
-                if chat_ctx.items[i].type == "message" and chat_ctx.items[i].role == "user"
-            ),
-            None,
+        items = chat_ctx.items
+        last = max(  # the caller's latest message; None before they have spoken
+            (i for i, item in enumerate(items) if item.type == "message" and item.role == "user"),
+            default=None,
         )
-        latest = chat_ctx.items[last_user].text_content or "" if last_user is not None else ""
-        block = await self.call.block_for(latest)
+        block = await self.call.block_for("" if last is None else items[last].text_content or "")
         if block:
             # Just before the caller's latest words, so the request still ends with them.
-            at = last_user if last_user is not None else len(chat_ctx.items)
-            chat_ctx.items.insert(
-                at, llm.ChatMessage(role="system", content=[block], extra={"memory_block": True})
-            )
+            marked = llm.ChatMessage(role="system", content=[block], extra={"memory_block": True})
+            items.insert(len(items) if last is None else last, marked)
         async for chunk in Agent.default.llm_node(self, chat_ctx, tools, model_settings):
             yield chunk
 
