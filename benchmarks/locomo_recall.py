@@ -61,6 +61,7 @@ import platform
 import re
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,9 +85,13 @@ RECALL_KS = (5, 10)
 RECENCY_EXCHANGES = 64  # more than fit any sane cap; format_block cuts at the cap
 # The reference BM25 yardstick from the data README (one row per turn, k turns).
 BASELINE_BM25 = {
-    1: (201, 0.235, 0.356), 2: (236, 0.663, 0.719), 3: (64, 0.251, 0.312),
-    4: (610, 0.610, 0.692), 5: (330, 0.621, 0.715),
-    "1-4": (1111, 0.532, 0.615), "1-5": (1441, 0.553, 0.638),
+    1: (201, 0.235, 0.356),
+    2: (236, 0.663, 0.719),
+    3: (64, 0.251, 0.312),
+    4: (610, 0.610, 0.692),
+    5: (330, 0.621, 0.715),
+    "1-4": (1111, 0.532, 0.615),
+    "1-5": (1441, 0.553, 0.638),
 }
 
 
@@ -143,7 +148,8 @@ class Conversation:
     other: str
     sessions: list[Session]
     fed: dict[str, str]  # dia_id -> exact text fed
-    side: dict[str, tuple[int, int]] = field(default_factory=dict)  # dia_id -> (offset, side length)
+    # dia_id -> (offset of its normalised text in its exchange side, length of that side)
+    side: dict[str, tuple[int, int]] = field(default_factory=dict)
     side_limit: dict[str, int] = field(default_factory=dict)  # dia_id -> clip limit of its side
     greeting_turns: set[str] = field(default_factory=set)
     qa: list[dict[str, Any]] = field(default_factory=list)
@@ -184,11 +190,17 @@ def load_conversation(record: dict[str, Any]) -> Conversation:
             while i < len(turns) and turns[i]["speaker"] != caller:
                 reply.append(turns[i])
                 i += 1
-            runs.append(Run(
-                [t["dia_id"] for t in said], [fed[t["dia_id"]] for t in said],
-                [t["dia_id"] for t in reply], [fed[t["dia_id"]] for t in reply],
-            ))
-        sessions.append(Session(n, [t["dia_id"] for t in greeting], [fed[t["dia_id"]] for t in greeting], runs))
+            runs.append(
+                Run(
+                    [t["dia_id"] for t in said],
+                    [fed[t["dia_id"]] for t in said],
+                    [t["dia_id"] for t in reply],
+                    [fed[t["dia_id"]] for t in reply],
+                )
+            )
+        sessions.append(
+            Session(n, [t["dia_id"] for t in greeting], [fed[t["dia_id"]] for t in greeting], runs)
+        )
     c = Conversation(record["sample_id"], caller, other, sessions, fed, qa=record.get("qa", []))
     for s in sessions:
         c.greeting_turns.update(s.greeting_ids)
@@ -244,15 +256,21 @@ def pct(values: list[float], q: float) -> float:
 class Bench:
     def __init__(self, project: Path, db_dir: Path, max_block_chars: int | None) -> None:
         sys.path.insert(0, str(project))
-        import agent  # noqa: E402  (the generated project's modules)
+        import agent  # the generated project's modules, from sys.path
         import memory
         from livekit.agents import AgentSession
         from tests.scripted_llm import ScriptedLLM, memory_blocks
 
         self.agent, self.memory = agent, memory
-        self.AgentSession, self.ScriptedLLM, self.memory_blocks = AgentSession, ScriptedLLM, memory_blocks
+        self.AgentSession, self.ScriptedLLM, self.memory_blocks = (
+            AgentSession,
+            ScriptedLLM,
+            memory_blocks,
+        )
         self.db_dir = db_dir
-        self.max_block_chars = max_block_chars if max_block_chars is not None else memory.MAX_BLOCK_CHARS
+        self.max_block_chars = (
+            max_block_chars if max_block_chars is not None else memory.MAX_BLOCK_CHARS
+        )
 
         class TimedCallMemory(memory.CallMemory):
             """CallMemory that records how long each block_for was awaited (the time the
@@ -302,7 +320,9 @@ class Bench:
                     current["user"], current["assistant"] = r.caller_ids, r.reply_ids
                     await asyncio.wait_for(session.run(user_input="\n".join(r.caller_texts)), 30)
                     runs += 1
-            # leaving AgentSession closed it: Assistant.on_exit flushed the writes
+            # Leaving AgentSession closed it (Assistant.on_exit ran); then end the call's
+            # memory as agent.py's job shutdown callback does (flush + call summary).
+            await call.aclose()
             requests += len(model.requests)
             if call.pending:
                 raise RuntimeError(f"{call.pending} exchange(s) unsaved after call {call.call_id}")
@@ -344,9 +364,13 @@ class Bench:
 
     def exchange_line(self, e: Any) -> str:
         """The block line of one exchange, rendered by the generated format_block."""
-        return self.memory.format_block(self.memory.Recall(exchanges=(e,)), max_chars=10**9).splitlines()[-1]
+        return self.memory.format_block(
+            self.memory.Recall(exchanges=(e,)), max_chars=10**9
+        ).splitlines()[-1]
 
-    async def ask(self, store: Any, caller_id: str, call_id: str, question: str) -> tuple[str, float]:
+    async def ask(
+        self, store: Any, caller_id: str, call_id: str, question: str
+    ) -> tuple[str, float]:
         """One fresh call, the question as the caller's typed turn: the memory block the
         model got for it and how long llm_node waited for it."""
         model = self.ScriptedLLM(["", ""])
@@ -355,12 +379,15 @@ class Bench:
         async with self.AgentSession(llm=model) as session:
             await self._start(session, call, model)
             await asyncio.wait_for(session.run(user_input=question), 30)
+        await call.aclose()
         blocks = self.memory_blocks(model.requests[-1])
         if len(blocks) > 1:
             raise RuntimeError(f"{call_id}: {len(blocks)} memory blocks in one request")
         waits = [w for text, w in call.waits if text == question]
         if len(model.requests) != 2 or len(waits) != 1:
-            raise RuntimeError(f"{call_id}: {len(model.requests)} requests, {len(waits)} recalls for the question")
+            raise RuntimeError(
+                f"{call_id}: {len(model.requests)} requests, {len(waits)} recalls for the question"
+            )
         return (blocks[0] if blocks else ""), waits[0]
 
     async def recency_block(self, store: Any, caller_id: str) -> str:
@@ -387,17 +414,19 @@ class Bench:
                 q = str(qa["question"])
                 block, wait = await self.ask(store, caller_id, f"{c.sample_id}-q{n}", q)
                 rec: dict[str, Any] = {
-                    "sample_id": c.sample_id, "qa_index": n, "category": int(qa["category"]),
+                    "sample_id": c.sample_id,
+                    "qa_index": n,
+                    "category": int(qa["category"]),
                     "evidence": ev,
                     "greeting_evidence": [d for d in ev if d in c.greeting_turns],
                     "block_chars": len(block),
-                    "block_wait_ms": wait * 1000,
+                    "block_wait_ms": round(wait * 1000, 4),
                 }
                 rec["found_in_block"] = [d for d in ev if found_in_block(c, d, block)]
                 # raw store recall: as block_for calls it (limit RECALL_EXCHANGES) and top-k
                 t = time.perf_counter()
                 top = await store.recall(caller_id, q, limit=self.memory.RECALL_EXCHANGES)
-                rec["raw_recall_ms"] = (time.perf_counter() - t) * 1000
+                rec["raw_recall_ms"] = round((time.perf_counter() - t) * 1000, 4)
                 # Cross-check by item ids: evidence in a ranked exchange whose line (as
                 # format_block renders it) survived the cap.
                 lines = block.splitlines()
@@ -416,7 +445,7 @@ class Bench:
                     rec[f"turns_in_top_{k}"] = len(ids)
                 t = time.perf_counter()
                 rblock = await self.recency_block(store, caller_id)
-                rec["recency_build_ms"] = (time.perf_counter() - t) * 1000
+                rec["recency_build_ms"] = round((time.perf_counter() - t) * 1000, 4)
                 rec["found_in_recency_block"] = [d for d in ev if found_in_block(c, d, rblock)]
                 questions.append(rec)
             t2 = time.perf_counter()
@@ -441,11 +470,14 @@ def score(rec: dict[str, Any], key: str) -> float:
 
 
 def summarise(questions: list[dict[str, Any]]) -> dict[str, Any]:
-    groups: dict[str, list[dict[str, Any]]] = {str(k): [q for q in questions if q["category"] == k] for k in CATEGORIES}
+    groups: dict[str, list[dict[str, Any]]] = {
+        str(k): [q for q in questions if q["category"] == k] for k in CATEGORIES
+    }
     groups["1-4"] = [q for q in questions if q["category"] in (1, 2, 3, 4)]
     groups["1-5"] = list(questions)
     keys = {
-        "block": "found_in_block", "block_by_id": "found_in_block_by_id",
+        "block": "found_in_block",
+        "block_by_id": "found_in_block_by_id",
         "recency_block": "found_in_recency_block",
         **{f"recall@{k}": f"found_at_{k}" for k in RECALL_KS},
     }
@@ -455,18 +487,26 @@ def summarise(questions: list[dict[str, Any]]) -> dict[str, Any]:
         for label, key in keys.items():
             row[label] = round(statistics.fmean(score(q, key) for q in qs), 4) if qs else None
         for k in RECALL_KS:
-            row[f"mean_turns_in_top_{k}"] = round(statistics.fmean(q[f"turns_in_top_{k}"] for q in qs), 2) if qs else None
+            row[f"mean_turns_in_top_{k}"] = (
+                round(statistics.fmean(q[f"turns_in_top_{k}"] for q in qs), 2) if qs else None
+            )
         out[name] = row
     return out
 
 
 def latency(questions: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
-    for label, key in (("block_wait", "block_wait_ms"), ("raw_recall", "raw_recall_ms"),
-                       ("recency_build", "recency_build_ms")):
+    for label, key in (
+        ("block_wait", "block_wait_ms"),
+        ("raw_recall", "raw_recall_ms"),
+        ("recency_build", "recency_build_ms"),
+    ):
         v = [q[key] for q in questions]
-        out[label] = {"p50_ms": round(pct(v, 50), 3), "p95_ms": round(pct(v, 95), 3),
-                      "max_ms": round(max(v), 3) if v else None}
+        out[label] = {
+            "p50_ms": round(pct(v, 50), 3),
+            "p95_ms": round(pct(v, 95), 3),
+            "max_ms": round(max(v), 3) if v else None,
+        }
     return out
 
 
@@ -476,9 +516,15 @@ def block_stats(questions: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     return {
         "mean_block_chars": round(statistics.fmean(q["block_chars"] for q in questions), 1),
-        "mean_exchange_chars": round(statistics.fmean(q["exchange_chars_in_block"] for q in questions), 1),
-        "mean_exchanges_ranked": round(statistics.fmean(q["exchanges_ranked"] for q in questions), 2),
-        "mean_exchanges_in_block": round(statistics.fmean(q["exchanges_in_block"] for q in questions), 2),
+        "mean_exchange_chars": round(
+            statistics.fmean(q["exchange_chars_in_block"] for q in questions), 1
+        ),
+        "mean_exchanges_ranked": round(
+            statistics.fmean(q["exchanges_ranked"] for q in questions), 2
+        ),
+        "mean_exchanges_in_block": round(
+            statistics.fmean(q["exchanges_in_block"] for q in questions), 2
+        ),
         "exchanges_in_block_histogram": {
             str(n): sum(1 for q in questions if q["exchanges_in_block"] == n)
             for n in sorted({q["exchanges_in_block"] for q in questions})
@@ -491,8 +537,10 @@ def markdown(summary: dict[str, Any], lat: dict[str, Any], cap: int, recall_limi
         return "-" if x is None else f"{x:.3f}"
 
     rows = [
-        f"Evidence in the memory block (cap {cap} chars) and recall@k of ranked exchanges "
-        "(1 exchange ~ 2 turns; the BM25 reference ranks single turns)",
+        (
+            f"Evidence in the memory block (cap {cap} chars) and recall@k of ranked exchanges "
+            "(1 exchange ~ 2 turns; the BM25 reference ranks single turns)"
+        ),
         "",
         "| category | n | agent block | recency block | R@5 exch. | R@10 exch. | BM25 ref. R@5 turns | R@10 turns |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -510,9 +558,11 @@ def markdown(summary: dict[str, Any], lat: dict[str, Any], cap: int, recall_limi
         "| latency per question | p50 ms | p95 ms | max ms |",
         "| --- | --- | --- | --- |",
     ]
-    names = {"block_wait": "llm_node wait for the block (CallMemory.block_for)",
-             "raw_recall": f"store.recall (limit {recall_limit}, as block_for)",
-             "recency_build": "recency block build"}
+    names = {
+        "block_wait": "llm_node wait for the block (CallMemory.block_for)",
+        "raw_recall": f"store.recall (limit {recall_limit}, as block_for)",
+        "recency_build": "recency block build",
+    }
     for key, v in lat.items():
         rows.append(f"| {names[key]} | {v['p50_ms']:.2f} | {v['p95_ms']:.2f} | {v['max_ms']:.2f} |")
     return "\n".join(rows)
@@ -559,6 +609,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "license": "CC BY-NC 4.0",
             "conversations": [c["sample_id"] for c in convs],
         },
+        "template": template_revision(),
         "config": {
             "max_block_chars": bench.max_block_chars,
             "recall_exchanges": bench.memory.RECALL_EXCHANGES,
@@ -600,6 +651,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def template_revision() -> dict[str, Any]:
+    """The commit the template was rendered from and whether its files had local changes."""
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", "-C", str(REPO), *args],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    changed = git(
+        "status", "--porcelain", "--", "{{cookiecutter.project_slug}}", "hooks", "cookiecutter.json"
+    )
+    return {"commit": git("rev-parse", "HEAD") or None, "template_files_changed": bool(changed)}
+
+
 def _count_warnings() -> dict[str, int]:
     """Count warnings the generated memory module logs (slow or failed recalls/saves)."""
     counts: dict[str, int] = {}
@@ -615,19 +687,41 @@ def _count_warnings() -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, type=Path, help="path to locomo_dev.json (never copied here)")
-    parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations (default: all)")
+    parser.add_argument(
+        "--data", required=True, type=Path, help="path to locomo_dev.json (never copied here)"
+    )
+    parser.add_argument(
+        "--conversations", type=int, default=0, help="only the first N conversations (default: all)"
+    )
     parser.add_argument("--out", type=Path, help="write the JSON results here")
-    parser.add_argument("--max-block-chars", type=int, default=None,
-                        help="memory block cap (default: the generated memory.MAX_BLOCK_CHARS)")
+    parser.add_argument(
+        "--per-question",
+        action="store_true",
+        help="also write one record per question to --out (ids and scores, no text; ~0.5 MB)",
+    )
+    parser.add_argument(
+        "--max-block-chars",
+        type=int,
+        default=None,
+        help="memory block cap (default: the generated memory.MAX_BLOCK_CHARS)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     result = asyncio.run(run(args))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        body = {k: v for k, v in result.items() if k != "questions"}
+        text = json.dumps(body, indent=1)
+        if args.per_question:  # one compact line per question
+            rows = ",\n  ".join(json.dumps(q, separators=(",", ":")) for q in result["questions"])
+            text = text[:-2] + ',\n "questions": [\n  ' + rows + "\n ]\n}"
+        args.out.write_text(text + "\n")
     cfg = result["config"]
-    print(markdown(result["summary"], result["latency"], cfg["max_block_chars"], cfg["recall_exchanges"]))
+    print(
+        markdown(
+            result["summary"], result["latency"], cfg["max_block_chars"], cfg["recall_exchanges"]
+        )
+    )
     c = result["counts"]
     print(
         f"\n{c['questions_scored']} questions scored ({c['questions_skipped_no_evidence']} without usable "

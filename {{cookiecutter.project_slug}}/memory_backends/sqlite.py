@@ -135,8 +135,8 @@ def normalise_phone_number(number: str) -> str:
 class Exchange:
     """The caller's words in one user turn and the agent's reply to them.
 
-    ``key`` is deterministic (caller id + the LiveKit id of the turn's first user
-    item), so saving the same exchange again, after a retry or a reconnect,
+    ``key`` is deterministic (caller id + the LiveKit id of the turn's user
+    message), so saving the same exchange again, after a retry or a reconnect,
     replaces it instead of adding a duplicate. ``assistant_text`` is empty when the
     caller hung up or barged in before any reply was spoken; ``interrupted`` marks a
     reply cut short (the text is what was actually said)."""
@@ -679,8 +679,8 @@ class CallMemory:
         self._warned: set[str] = set()
         # capture state: the exchange being built, and every item id already taken
         self._seen_items: set[str] = set()
-        self._turn: dict[str, Any] | None = None
-        self._previous: dict[str, Any] | None = None
+        self._turn: _Turn | None = None
+        self._previous: _Turn | None = None
         self._said: list[str] = []  # the caller's turns in this call, for the summary
         self._pending: dict[str, Exchange] = {}
         self._writer: asyncio.Task[None] | None = None
@@ -752,66 +752,41 @@ class CallMemory:
         seconds since the epoch; for a reply, when it started). Rules, chosen so the
         caller's words are never dropped and never paired with the wrong reply:
         - an item id seen before is ignored, so duplicate events save nothing twice;
-        - user messages open an exchange; several in a row (no reply in between, e.g.
-          a barge-in before the first audio frame) are merged into one exchange;
-        - an assistant message completes the open exchange; more assistant messages
+        - each user message opens an exchange and is saved at once; one that gets no
+          reply (the caller barged in before the first audio frame, or hung up) stays
+          a user-only exchange;
+        - an assistant message completes the latest exchange; more assistant messages
           before the next user message ("Let me check." + tool call + the answer) join
           it; an empty text counts as no reply and the same text is not added twice;
-        - an assistant message that started before the open exchange's first user
-          message was already under way when the caller spoke: it belongs to the
-          exchange before (or, with none before, it is the greeting and is not saved);
-        - every change is written in the background, keyed by the first user item id.
+        - an assistant message that started before the latest user message was
+          already under way when the caller spoke: it belongs to the exchange before
+          (with none before, it is the greeting, which is not the caller's memory);
+        - every change is written in the background, keyed by the user item id.
         """
         if not self.enabled or self._closed or item_id in self._seen_items:
             return
         self._seen_items.add(item_id)
         text = (text or "").strip()
         at = self._clock() if created_at is None else created_at
-        if role == "user":
-            if not text:
-                return
-            # a new user turn: recall cached for earlier (or preemptive partial) texts is stale
+        if role == "user" and text:
+            # a new user turn: recall cached for other (or preemptive partial) texts is stale
             key = " ".join(text.split()).lower()
             self._recall_tasks = {k: t for k, t in self._recall_tasks.items() if k == key}
-            if self._turn is None or self._turn["assistant"]:
-                self._previous, self._turn = (
-                    self._turn,
-                    {
-                        "first": item_id,
-                        "user": [],
-                        "assistant": [],
-                        "ids": [],
-                        "interrupted": False,
-                        "at": at,
-                    },
-                )
-            turn = self._turn
-            turn["user"].append(text)
+            self._previous, self._turn = self._turn, _Turn(item_id, at, text)
             self._said.append(text)
-        elif role == "assistant":
             turn = self._turn
-            if turn is not None and at < turn["at"]:
+        elif role == "assistant" and text:
+            turn = self._turn
+            if turn is not None and at < turn.at:
                 turn = self._previous
-            if turn is None or not text or text in turn["assistant"]:
+            if turn is None or text in turn.assistant:
                 return
-            turn["assistant"].append(text)
-            turn["interrupted"] |= interrupted
+            turn.assistant.append(text)
+            turn.interrupted |= interrupted
         else:
             return
-        turn["ids"].append(item_id)
-        self._queue(self._exchange(turn))
-
-    def _exchange(self, turn: dict[str, Any]) -> Exchange:
-        return Exchange(
-            key=exchange_key(self.caller_id, turn["first"]),  # type: ignore[arg-type]
-            caller_id=self.caller_id,  # type: ignore[arg-type]
-            call_id=self.call_id,
-            user_text="\n".join(turn["user"]),
-            assistant_text="\n".join(turn["assistant"]),
-            interrupted=turn["interrupted"],
-            item_ids=tuple(turn["ids"]),
-            created_at=turn["at"],
-        )
+        turn.item_ids.append(item_id)
+        self._queue(turn.exchange(self.caller_id, self.call_id))  # type: ignore[arg-type]
 
     def _queue(self, exchange: Exchange) -> None:
         # Only the newest version of an exchange matters: it replaces a queued one.
@@ -933,6 +908,30 @@ class CallMemory:
         if kind not in self._warned:
             self._warned.add(kind)
             logger.warning("memory: " + message, *args)
+
+
+@dataclass
+class _Turn:
+    """The exchange being built: one user message and the replies to it."""
+
+    user_item_id: str
+    at: float
+    user_text: str
+    assistant: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    item_ids: list[str] = field(default_factory=list)
+
+    def exchange(self, caller_id: str, call_id: str) -> Exchange:
+        return Exchange(
+            key=exchange_key(caller_id, self.user_item_id),
+            caller_id=caller_id,
+            call_id=call_id,
+            user_text=self.user_text,
+            assistant_text="\n".join(self.assistant),
+            interrupted=self.interrupted,
+            item_ids=tuple(self.item_ids),
+            created_at=self.at,
+        )
 
 
 def _consume_exception(task: asyncio.Task[Any]) -> None:

@@ -20,10 +20,11 @@ from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
 
 @dataclass
 class ToolCall:
-    """A scripted reply that calls a tool instead of speaking."""
+    """A scripted reply that calls a tool, after saying ``say`` (if any) first."""
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    say: str = ""
 
 
 Reply = str | ToolCall
@@ -78,6 +79,10 @@ class _ScriptedStream(llm.LLMStream):
                 arguments=json.dumps(self._reply.arguments),
                 call_id=f"call_{id(self)}",
             )
+            if self._reply.say:
+                self._event_ch.send_nowait(
+                    ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", content=self._reply.say))
+                )
             self._event_ch.send_nowait(
                 ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", tool_calls=[call]))
             )
