@@ -75,15 +75,24 @@ class Assistant(Agent):
         # the next step or turn starts from, so no reply ever sees two blocks.
         chat_ctx = chat_ctx.copy()
         items = chat_ctx.items
-        last = max(  # the caller's latest message; None before they have spoken
-            (i for i, item in enumerate(items) if item.type == "message" and item.role == "user"),
-            default=None,
-        )
-        block = await self.call.block_for("" if last is None else items[last].text_content or "")
+        users = [
+            i for i, item in enumerate(items) if item.type == "message" and item.role == "user"
+        ]
+        latest = items[users[-1]].text_content or "" if users else ""
+        block = await self.call.block_for(latest)
         if block:
-            # Just before the caller's latest words, so the request still ends with them.
-            marked = llm.ChatMessage(role="system", content=[block], extra={"memory_block": True})
-            items.insert(len(items) if last is None else last, marked)
+            # Just before what the reply answers, so the request still ends with it:
+            # the caller's latest words or, before they have spoken, the instructions
+            # of a generate_reply (the greeting).
+            if users:
+                at = users[-1]
+            elif items and items[-1].type == "message" and items[-1].role == "system":
+                at = len(items) - 1
+            else:
+                at = len(items)
+            items.insert(
+                at, llm.ChatMessage(role="system", content=[block], extra={"memory_block": True})
+            )
         async for chunk in Agent.default.llm_node(self, chat_ctx, tools, model_settings):
             yield chunk
 

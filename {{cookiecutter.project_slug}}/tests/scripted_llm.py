@@ -81,7 +81,9 @@ class _ScriptedStream(llm.LLMStream):
             )
             if self._reply.say:
                 self._event_ch.send_nowait(
-                    ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", content=self._reply.say))
+                    ChatChunk(
+                        id="scripted", delta=ChoiceDelta(role="assistant", content=self._reply.say)
+                    )
                 )
             self._event_ch.send_nowait(
                 ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", tool_calls=[call]))

@@ -97,7 +97,11 @@ async def test_the_greeting_uses_the_preloaded_profile(store):
     model = ScriptedLLM(["Hi Alice!"])
     async with call(store, ALICE, model) as (session, _):
         await say(session, "Hi")
-    assert "name: Alice" in last_block_of(model.requests[0])
+    greeting = model.requests[0]
+    assert "name: Alice" in last_block_of(greeting)
+    # the request still ends with what the reply answers: the greeting instruction
+    assert greeting.items[-1].text_content == "Greet the caller, by name if you know it."
+    assert greeting.items[-2].extra.get("memory_block")
 
 
 async def test_the_next_call_starts_with_a_summary_of_the_last(store):

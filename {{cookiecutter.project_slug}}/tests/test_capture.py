@@ -31,7 +31,9 @@ class Feed:
         self.session.emit("conversation_item_added", ConversationItemAddedEvent(item=item))
         return item
 
-    def message(self, role: str, content, *, id: str, interrupted: bool = False, at: float | None = None):
+    def message(
+        self, role: str, content, *, id: str, interrupted: bool = False, at: float | None = None
+    ):
         self.clock += 1.0
         return self.item(
             llm.ChatMessage(
