@@ -261,3 +261,48 @@ async def test_bad_caller_ids_never_reach_the_store(store):
     for call in (store.recall("../x", "q"), store.remember("", "name", "x"), store.forget("a b")):
         with pytest.raises(memory.InvalidCallerId):
             await call
+
+
+def fact(n: int, value: str = "x" * 400) -> memory.Fact:
+    return memory.Fact(f"note {n}", value, time.time() - n)
+
+
+def test_the_unavailable_sentence_survives_a_cap_full_of_facts():
+    block = memory.format_block(memory.Recall(facts=tuple(fact(n) for n in range(20))), partial=True)
+    assert block.endswith(memory.MEMORY_UNAVAILABLE)
+    assert len(block) <= memory.MAX_BLOCK_CHARS
+
+
+def test_facts_take_at_most_half_the_block_and_leave_room_for_exchanges():
+    recall = memory.Recall(
+        facts=tuple(fact(n) for n in range(20)),
+        exchanges=(exchange(1, text="my sister lives in Porto"),),
+    )
+    block = memory.format_block(recall)
+    facts_part = block.split("Earlier exchanges")[0]
+    assert len(facts_part) <= memory.MAX_BLOCK_CHARS // 2 + len(memory.BLOCK_HEADER) + 1
+    assert "my sister lives in Porto" in block
+
+
+def test_a_long_line_never_hides_a_shorter_one_ranked_after_it():
+    long_ones = tuple(exchange(n, text="long story " * 60) for n in range(3))
+    short = exchange(9, text="my sister lives in Porto")
+    block = memory.format_block(memory.Recall(exchanges=(*long_ones, short)), max_chars=1200)
+    assert "my sister lives in Porto" in block
+    assert len(block) <= 1200
+
+
+def test_a_cap_too_small_for_the_block_is_refused():
+    with pytest.raises(ValueError, match="smallest block cap is 400"):
+        memory.format_block(memory.Recall(), max_chars=399)
+
+
+@pytest.mark.parametrize("cap", [memory.MIN_BLOCK_CHARS, 500, 1000, 2000, 4000])
+@pytest.mark.parametrize("partial", [False, True])
+def test_the_block_never_exceeds_its_cap(cap, partial):
+    recall = memory.Recall(
+        facts=tuple(fact(n, "v" * (n * 37 % 300 + 1)) for n in range(12)),
+        summaries=tuple(memory.Summary(f"c{n}", "s" * (n * 91 % 400 + 1), 0.0) for n in range(3)),
+        exchanges=tuple(exchange(n, text="t" * (n * 53 % 700 + 1)) for n in range(8)),
+    )
+    assert len(memory.format_block(recall, max_chars=cap, partial=partial)) <= cap
