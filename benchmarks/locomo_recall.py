@@ -13,7 +13,7 @@ recency-only block as a baseline. See benchmarks/README.md for the figures.
 Usage (the data is never copied into this repository):
 
     python benchmarks/locomo_recall.py --data PATH/TO/locomo_dev.json \
-        [--conversations N] [--out results.json] [--max-block-chars N]
+        [--conversations N] [--out results.json] [--max-block-chars N] [--per-question]
 
 Dataset: LoCoMo, A. Maharana, D.-H. Lee, S. Tulyakov, M. Bansal, F. Barbieri,
 Y. Fang, "Evaluating Very Long-Term Conversational Memory of LLM Agents", ACL 2024
@@ -35,9 +35,12 @@ Replay rules (each is a choice; see README):
   The agent does not save greetings, so evidence only in such a turn is lost; the
   benchmark counts it.
 - A turn that shared a photo is fed as ``text + " [shares a photo: CAPTION]"``.
-- Question calls are wired like agent.py's entrypoint (CallMemory preload, the
-  Assistant's llm_node recall, flush on close) but without capture, so no question
-  is written to the store and each question sees exactly the replayed conversation.
+- Every call is wired like agent.py's entrypoint and tests/conftest.py: CallMemory
+  preload, capture, the Assistant's llm_node recall, the greeting played out, and
+  CallMemory.aclose after the session closes. Question calls have no capture, so no
+  question is written to the store and each one sees exactly the replayed conversation.
+- Between calls, outside every timed region, the benchmark collects cyclic garbage
+  (see collect_call_garbage).
 
 Evidence-in-block rule (per evidence turn): let T be the whitespace-normalised text
 fed for the turn and S the normalised text of the exchange side that holds it (the
