@@ -128,20 +128,27 @@ def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
             )
 
 
-def caller_id_for(participant: rtc.RemoteParticipant, job_metadata: str) -> str:
-    """The stable id memory is kept under, from what authentication established:
-    a `caller_id` in the dispatch's job metadata (JSON), else the SIP caller's phone
-    number (E.164), else the participant identity from the access token. Never the
-    room name, which names the call, not the caller.
-
-    Raises memory.InvalidCallerId with the reason when the id is unusable.
-    """
+def dispatch_metadata(job_metadata: str) -> dict:
+    """The JSON object your dispatch put in the job metadata ({} if none or malformed).
+    Keys read here: `caller_id` (whose memory to use) and `caller_identity` (which
+    participant is the caller, e.g. when an observer may join the room first)."""
     try:
         metadata = json.loads(job_metadata) if job_metadata else {}
     except json.JSONDecodeError:
-        metadata = {}
-    if isinstance(metadata, dict) and metadata.get("caller_id"):
-        return memory.validate_caller_id(metadata["caller_id"])
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict) -> str:
+    """The stable id memory is kept under, from what authentication established:
+    `caller_id` from the dispatch metadata, else the SIP caller's phone number
+    (E.164), else the participant identity from the access token. Never the room
+    name, which names the call, not the caller.
+
+    Raises memory.InvalidCallerId with the reason when the id is unusable.
+    """
+    if dispatch.get("caller_id"):
+        return memory.validate_caller_id(dispatch["caller_id"])
     if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
         return memory.normalise_phone_number(participant.attributes.get("sip.phoneNumber", ""))
     return memory.validate_caller_id(participant.identity)
@@ -162,10 +169,14 @@ server.setup_fnc = prewarm
 @server.rtc_session(agent_name=AGENT_NAME)
 async def entrypoint(ctx: JobContext) -> None:
     ctx.log_context_fields = {"room": ctx.room.name}
+    dispatch = dispatch_metadata(ctx.job.metadata)
     await ctx.connect()
-    participant = await ctx.wait_for_participant()
+    # The caller is the participant the dispatch names, else the first SIP or
+    # standard participant to join (LiveKit's own rule for linking a session);
+    # observers should join hidden, or be excluded by naming the caller.
+    participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     try:
-        caller_id: str | None = caller_id_for(participant, ctx.job.metadata)
+        caller_id: str | None = caller_id_for(participant, dispatch)
     except memory.InvalidCallerId as exc:
         logger.warning("memory is off for this call: %s", exc)
         caller_id = None
@@ -186,7 +197,8 @@ async def entrypoint(ctx: JobContext) -> None:
     await session.start(
         agent=Assistant(call),
         room=ctx.room,
-        # Link the session to the caller memory is keyed to, not to whoever joins first.
+        # Link the session to the participant memory is keyed to, so both follow the
+        # same person (not whoever joins or speaks first).
         room_options=room_io.RoomOptions(participant_identity=participant.identity),
     )
 

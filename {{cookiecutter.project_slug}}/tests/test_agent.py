@@ -339,19 +339,24 @@ def participant(identity: str, *, sip_number: str | None = None) -> rtc.RemotePa
 
 
 def test_the_caller_is_the_participant_identity():
-    assert agent.caller_id_for(participant("alice@example.com"), "") == "alice@example.com"
+    assert agent.caller_id_for(participant("alice@example.com"), {}) == "alice@example.com"
 
 
 def test_dispatch_metadata_names_the_caller_before_the_identity():
-    metadata = json.dumps({"caller_id": "customer-42"})
-    assert agent.caller_id_for(participant("web-session-9f3"), metadata) == "customer-42"
+    dispatch = agent.dispatch_metadata(json.dumps({"caller_id": "customer-42"}))
+    assert agent.caller_id_for(participant("web-session-9f3"), dispatch) == "customer-42"
 
 
 def test_a_sip_caller_is_their_normalised_phone_number():
     assert (
-        agent.caller_id_for(participant("sip_abc", sip_number="+1 (555) 010-0200"), "")
+        agent.caller_id_for(participant("sip_abc", sip_number="+1 (555) 010-0200"), {})
         == "+15550100200"
     )
+
+
+def test_dispatch_metadata_can_name_which_participant_is_the_caller():
+    dispatch = agent.dispatch_metadata(json.dumps({"caller_identity": "sip_+15550100200"}))
+    assert dispatch["caller_identity"] == "sip_+15550100200"
 
 
 @pytest.mark.parametrize(
@@ -365,9 +370,10 @@ def test_a_sip_caller_is_their_normalised_phone_number():
 )
 def test_an_unusable_caller_id_is_refused_with_the_reason(who, metadata, reason):
     with pytest.raises(memory.InvalidCallerId, match=reason):
-        agent.caller_id_for(who, metadata)
+        agent.caller_id_for(who, agent.dispatch_metadata(metadata))
 
 
-def test_malformed_job_metadata_falls_back_to_the_identity():
-    assert agent.caller_id_for(participant("alice"), "{not json") == "alice"
-    assert agent.caller_id_for(participant("alice"), '["a list"]') == "alice"
+@pytest.mark.parametrize("metadata", ["", "{not json", '["a list"]', "42", "null"])
+def test_missing_or_malformed_job_metadata_falls_back_to_the_identity(metadata):
+    assert agent.dispatch_metadata(metadata) == {}
+    assert agent.caller_id_for(participant("alice"), agent.dispatch_metadata(metadata)) == "alice"
