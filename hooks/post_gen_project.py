@@ -37,9 +37,21 @@ def place_backend(name: str) -> None:
     shutil.rmtree(backends)
 
 
+# Tests of the default agent that a recipe does not pass by design (its docstring
+# says what it changes); the recipe's own tests (recipes/tests/) take their place.
+DEFAULT_TESTS_NOT_FOR = {
+    "tool_only": ["test_agent.py", "test_voice_turns.py"],  # no block in each request
+}
+
+
 def place_recipe(name: str) -> None:
-    if name != "default":
-        shutil.copyfile(KIT_DIR / "recipes" / f"{name}.py", PROJECT / "agent.py")
+    if name == "default":
+        return
+    shutil.copyfile(KIT_DIR / "recipes" / f"{name}.py", PROJECT / "agent.py")
+    tests = PROJECT / "tests"
+    shutil.copyfile(KIT_DIR / "recipes" / "tests" / f"test_{name}.py", tests / f"test_recipe_{name}.py")
+    for test_file in DEFAULT_TESTS_NOT_FOR.get(name, []):
+        (tests / test_file).unlink()
 
 
 def set_agent_settings() -> None:

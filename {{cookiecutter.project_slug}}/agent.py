@@ -3,7 +3,7 @@
 Memory enters the conversation in two places, both below:
 - recall: `Assistant.llm_node` adds one memory block to a copy of the chat context
   before each reply (never to the session history);
-- capture: `on_conversation_item` saves each exchange after the reply is added.
+- capture: `start_capture` saves each exchange after the reply is added.
 
 Run: `uv run agent.py download-files`, then `console`, `dev` or `start`.
 """

@@ -34,19 +34,26 @@ async def call(
     model: ScriptedLLM,
     *,
     call_id: str = "call-1",
+    greets: bool = True,
     **call_options,
 ) -> AsyncIterator[tuple[AgentSession, memory.CallMemory]]:
     """One call, wired the way agent.py's entrypoint wires it: preload, capture on
     conversation_item_added, the Assistant's llm_node for recall, flush at close.
-    The on_enter greeting takes the model's first reply."""
+    The on_enter greeting takes the model's first reply; with ``greets`` (the
+    default) the call begins once it has been said."""
     call_memory = memory.CallMemory(store, caller_id, call_id, **call_options)
     call_memory.start()
     async with AgentSession(llm=model) as session:
         agent.start_capture(session, call_memory)
+        greeted = asyncio.Event()
+        session.on(
+            "conversation_item_added",
+            lambda ev: ev.item.type == "message" and ev.item.role == "assistant" and greeted.set(),
+        )
         await session.start(agent.Assistant(call_memory, model=model))
-        if session.current_speech is not None:
+        if greets:
             # the on_enter greeting: let it finish, as a caller would hear it first
-            await asyncio.wait_for(session.current_speech.wait_for_playout(), 10)
+            await asyncio.wait_for(greeted.wait(), 10)
         yield session, call_memory
     # Leaving AgentSession closed it (Assistant.on_exit flushed); then, as the job's
     # shutdown callback does, end the call's memory.

@@ -1,0 +1,61 @@
+"""Recipe tool_only: the profile in the instructions, memory looked up by a tool."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import memory
+from tests.conftest import call
+from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
+
+CALLER = "caller-1"
+
+
+def tool_output(request) -> str:
+    return next(i.output for i in reversed(request.items) if i.type == "function_call_output")
+
+
+async def test_no_request_carries_a_memory_block_and_the_profile_is_in_the_instructions(store):
+    await store.remember(CALLER, "name", "Maria")
+    model = ScriptedLLM(["Hi Maria!", "Sure."])
+    async with call(store, CALLER, model) as (session, _):
+        await session.run(user_input="Can you help me?")
+    assert all(memory_blocks(r) == [] for r in model.requests)
+    for request in model.requests:
+        assert "name: Maria" in request.items[0].text_content
+
+
+async def test_the_recall_tool_finds_what_an_earlier_call_said(store):
+    async with call(store, CALLER, ScriptedLLM()) as (session, _):
+        await session.run(user_input="My sister Ana is vegetarian.")
+    model = ScriptedLLM(
+        ["Hello!", ToolCall("recall_memory", {"query": "sister food"}), "She is vegetarian."]
+    )
+    async with call(store, CALLER, model, call_id="call-2") as (session, _):
+        result = await session.run(user_input="What does my sister eat?")
+        result.expect.next_event().is_function_call(name="recall_memory")
+        result.expect.next_event().is_function_call_output()
+    assert "My sister Ana is vegetarian." in tool_output(model.requests[-1])
+
+
+async def test_a_failing_store_answers_the_tool_with_a_sentence(db_path):
+    class FailingStore(memory.SQLiteMemory):
+        async def recall(self, *args, **kwargs):
+            raise sqlite3.OperationalError("database is locked")
+
+    store = FailingStore.open(db_path)
+    model = ScriptedLLM(["Hello!", ToolCall("recall_memory", {"query": "sister"}), "Sorry."])
+    async with call(store, CALLER, model) as (session, _):
+        result = await session.run(user_input="What does my sister eat?")
+        result.expect.next_event().is_function_call(name="recall_memory")
+        result.expect.next_event().is_function_call_output(is_error=False)
+    assert tool_output(model.requests[-1]) == memory.MEMORY_UNAVAILABLE
+    await store.close()
+
+
+async def test_exchanges_are_still_captured(store):
+    async with call(store, CALLER, ScriptedLLM(["Hello!", "Noted."])) as (session, _):
+        await session.run(user_input="My flight is on Friday.")
+    assert [(e.user_text, e.assistant_text) for e in await store.exchanges(CALLER)] == [
+        ("My flight is on Friday.", "Noted.")
+    ]

@@ -1,0 +1,202 @@
+"""Recipe tool_only: no automatic recall; the model looks memory up with a tool.
+
+When to use it: long calls where most turns need no memory, or models billed per
+prompt token. Fewest tokens per turn: the caller's profile (facts, latest call
+summaries) goes into the instructions once at call start, and the model calls
+`recall_memory` only when it needs what was said before.
+
+What changes against agent.py: no `llm_node` override (no per-turn recall, no block
+in each request); `on_enter` puts the profile into the instructions before the
+greeting; a `recall_memory` tool. Capture, facts, caller id and the end-of-call
+flush are the same. Trade-off: the model must decide to look things up; a model
+that does not will answer without what it was told in earlier calls.
+
+Copy it into your agent: put this file and memory.py next to your agent file, keep
+the `recall_memory` and `remember` tools and `on_enter` of `Assistant` (or give your
+Agent a `call` attribute and these methods), and call `start_capture(session, call)`
+and `call.start()` in your entrypoint as `entrypoint` does below.
+
+Run: `uv run agent.py download-files`, then `console`, `dev` or `start`.
+"""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from dotenv import load_dotenv
+from livekit import rtc
+from livekit.agents import (
+    Agent,
+    AgentServer,
+    AgentSession,
+    ConversationItemAddedEvent,
+    JobContext,
+    JobProcess,
+    RunContext,
+    cli,
+    function_tool,
+    inference,
+    llm,
+    room_io,
+)
+from livekit.plugins import silero
+
+import memory
+
+logger = logging.getLogger("agent")
+
+# Next to this file, not the working directory, so `uv run` works from anywhere.
+load_dotenv(Path(__file__).with_name(".env.local"))
+
+AGENT_NAME = "memory-agent"
+LLM_MODEL = "openai/gpt-4.1-mini"
+STT_MODEL = "deepgram/nova-3"
+TTS_MODEL = "cartesia/sonic-3"
+MEMORY_DB = os.getenv("MEMORY_DB", str(Path(__file__).with_name("memory.db")))
+
+INSTRUCTIONS = """\
+You are a friendly voice assistant who remembers the people who call you.
+Keep answers short and speakable: no lists, markdown or emojis.
+When the caller refers to something from an earlier call, look it up with the
+recall_memory tool before answering; never claim to remember anything you have not
+been told or found. When the caller tells you something lasting about themselves
+(their name, where they live, a preference), save it with the remember tool."""
+
+
+class Assistant(Agent):
+    def __init__(self, call: memory.CallMemory, *, model: llm.LLM | None = None) -> None:
+        super().__init__(instructions=INSTRUCTIONS, llm=model or inference.LLM(model=LLM_MODEL))
+        self.call = call
+
+    async def on_enter(self) -> None:
+        # The profile goes into the instructions once, so every reply of the call has
+        # it without a per-turn lookup. block_for is bounded and never raises.
+        profile = await self.call.block_for("")
+        if profile:
+            await self.update_instructions(f"{INSTRUCTIONS}\n\n{profile}")
+        self.session.generate_reply(instructions="Greet the caller, by name if you know it.")
+
+    async def on_exit(self) -> None:
+        # Runs when the session closes or hands off to another agent: write what is
+        # pending now, while the process surely lives. (Bounded: FLUSH_TIMEOUT.)
+        await self.call.flush()
+
+    @function_tool
+    async def recall_memory(self, context: RunContext, query: str) -> str:
+        """Look up what the caller said in earlier calls.
+
+        Args:
+            query: What to look for, in the caller's words, e.g. "sister's restaurant".
+        """
+        return await self.call.block_for(query) or "Memory is off for this call."
+
+    @function_tool
+    async def remember(self, context: RunContext, kind: str, value: str) -> str:
+        """Save a lasting fact about the caller for future calls. A newer value of the
+        same kind replaces the old one.
+
+        Args:
+            kind: What the fact is about, in a few words, e.g. "name", "home city".
+            value: The fact itself, e.g. "Maria", "Lisbon".
+        """
+        return await self.call.remember(kind, value)
+
+
+def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
+    """Capture: hand each user or assistant message to the call's memory, which pairs
+    them into exchanges and saves them in the background. Tool calls never come
+    through this event; agent handoff items do and are skipped."""
+
+    @session.on("conversation_item_added")
+    def _on_item(ev: ConversationItemAddedEvent) -> None:
+        item = ev.item
+        if item.type == "message" and item.role in ("user", "assistant"):
+            # text_content joins text parts and drops images and expressive markup;
+            # an interrupted reply holds only what was said before the barge-in.
+            call.capture(
+                item.role,
+                item.id,
+                item.text_content,
+                interrupted=item.interrupted,
+                created_at=item.created_at,
+            )
+
+
+def dispatch_metadata(job_metadata: str) -> dict:
+    """The JSON object your dispatch put in the job metadata ({} if none or malformed).
+    Keys read here: `caller_id` (whose memory to use) and `caller_identity` (which
+    participant is the caller, e.g. when an observer may join the room first)."""
+    try:
+        metadata = json.loads(job_metadata) if job_metadata else {}
+    except json.JSONDecodeError:
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict) -> str:
+    """The stable id memory is kept under, from what authentication established:
+    `caller_id` from the dispatch metadata, else the SIP caller's phone number
+    (E.164), else the participant identity from the access token. Never the room
+    name, which names the call, not the caller.
+
+    Raises memory.InvalidCallerId with the reason when the id is unusable.
+    """
+    if dispatch.get("caller_id"):
+        return memory.validate_caller_id(dispatch["caller_id"])
+    if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
+        return memory.normalise_phone_number(participant.attributes.get("sip.phoneNumber", ""))
+    return memory.validate_caller_id(participant.identity)
+
+
+server = AgentServer()
+
+
+def prewarm(proc: JobProcess) -> None:
+    proc.userdata["vad"] = silero.VAD.load()
+    # One store per worker process, shared by the calls it runs.
+    proc.userdata["memory"] = memory.open_store(MEMORY_DB)
+
+
+server.setup_fnc = prewarm
+
+
+@server.rtc_session(agent_name=AGENT_NAME)
+async def entrypoint(ctx: JobContext) -> None:
+    ctx.log_context_fields = {"room": ctx.room.name}
+    dispatch = dispatch_metadata(ctx.job.metadata)
+    await ctx.connect()
+    # The caller is the participant the dispatch names, else the first SIP or
+    # standard participant to join (LiveKit's own rule for linking a session);
+    # observers should join hidden, or be excluded by naming the caller.
+    participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
+    try:
+        caller_id: str | None = caller_id_for(participant, dispatch)
+    except memory.InvalidCallerId as exc:
+        logger.warning("memory is off for this call: %s", exc)
+        caller_id = None
+
+    call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=ctx.job.id)
+    call.start()  # preload facts and call summaries while the session starts
+    # A hang-up closes the session and then the job; the job waits for shutdown
+    # callbacks (up to shutdown_process_timeout), so the last writes land here.
+    ctx.add_shutdown_callback(call.aclose)
+
+    session = AgentSession(
+        stt=inference.STT(model=STT_MODEL),
+        tts=inference.TTS(model=TTS_MODEL),
+        vad=ctx.proc.userdata["vad"],
+        # preemptive generation is on by default; recall in llm_node keeps it useful
+    )
+    start_capture(session, call)
+    await session.start(
+        agent=Assistant(call),
+        room=ctx.room,
+        # Link the session to the participant memory is keyed to, so both follow the
+        # same person (not whoever joins or speaks first).
+        room_options=room_io.RoomOptions(participant_identity=participant.identity),
+    )
+
+
+if __name__ == "__main__":
+    cli.run_app(server)
