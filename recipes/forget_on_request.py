@@ -15,7 +15,8 @@ Copy it into your agent: put this file and memory.py next to your agent file and
 move the `forget` tool (with `_forget_request`) into your Agent, or use the whole
 file as agent.py.
 
-Run: `uv run agent.py download-files`, then `console`, `dev` or `start`.
+Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
+(or `dev`, `start`).
 """
 
 import json

@@ -16,7 +16,8 @@ the `recall_memory` and `remember` tools and `on_enter` of `Assistant` (or give 
 Agent a `call` attribute and these methods), and call `start_capture(session, call)`
 and `call.start()` in your entrypoint as `entrypoint` does below.
 
-Run: `uv run agent.py download-files`, then `console`, `dev` or `start`.
+Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
+(or `dev`, `start`).
 """
 
 import json

@@ -184,3 +184,13 @@ def test_the_demo_shows_call_two_receiving_what_call_one_saved(cookies):
     assert "fact     home_city = Lisbon" in saved
     assert "vegetarian" in saved
     assert "name: Maria" in block and "vegetarian" in block
+
+
+def test_ci_runs_the_readme_commands_exactly():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## The two commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(commands) == 2
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in commands:
+        assert command in ci, command

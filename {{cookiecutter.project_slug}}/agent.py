@@ -5,7 +5,8 @@ Memory enters the conversation in two places, both below:
   before each reply (never to the session history);
 - capture: `start_capture` saves each exchange after the reply is added.
 
-Run: `uv run agent.py download-files`, then `console`, `dev` or `start`.
+Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
+(or `dev`, `start`).
 """
 
 import json

@@ -17,6 +17,7 @@ import asyncio
 import os
 import tempfile
 import textwrap
+import uuid
 from pathlib import Path
 
 from livekit.agents import AgentSession, inference, llm
@@ -67,6 +68,7 @@ async def run_call(
             print(f"  caller: {text}")
             result = await session.run(user_input=text)
             print_replies(event.item for event in result.events)
+    await call.aclose()  # what the job's shutdown callback does: flush, save the summary
     return model
 
 
@@ -84,18 +86,23 @@ async def main(db: Path) -> None:
         f"model: {agent.LLM_MODEL} (live)" if live else "model: scripted stand-in (no LiveKit keys)"
     )
     print(f"memory file: {db}\n\n== call 1 ==")
+    run = uuid.uuid4().hex[:8]  # call ids of this run, so runs on one --db differ
     store = memory.open_store(db)
-    await run_call(store, "call-1", CALL_ONE, SCRIPT_ONE)
+    await run_call(store, f"{run}-call-1", CALL_ONE, SCRIPT_ONE)
     print("\n== what call 1 saved ==")
-    for fact in (await store.profile(CALLER)).facts:
+    profile = await store.profile(CALLER)
+    for fact in profile.facts:
         print(f"  fact     {fact.kind} = {fact.value}")
-    for e in await store.exchanges(CALLER):
+    for summary in profile.summaries:
+        if summary.call_id == f"{run}-call-1":
+            print(f"  summary  {summary.text}")
+    for e in await store.exchanges(CALLER, call_id=f"{run}-call-1"):
         print(f"  exchange caller: {e.user_text!r}\n           agent:  {e.assistant_text!r}")
     await store.close()
 
     print("\n== call 2 (new session, memory file opened again) ==")
     store = memory.open_store(db)
-    model = await run_call(store, "call-2", CALL_TWO, SCRIPT_TWO)
+    model = await run_call(store, f"{run}-call-2", CALL_TWO, SCRIPT_TWO)
     await store.close()
     if isinstance(model, ScriptedLLM):
         print("\n== the memory block call 2's model received with the caller's question ==")

@@ -617,7 +617,8 @@ def format_block(
     call start could be used), style notes (facts whose kind starts with
     ``STYLE_PREFIX``, up to a quarter), facts (newest first, up to half), the
     exchanges by rank, then summaries (newest first). A line that does not fit is
-    skipped, not the rest after it, so one long line never hides shorter ones.
+    skipped, not the rest after it, so one long line never hides shorter ones; a
+    line already in the block is not repeated.
 
     Raises ValueError if ``max_chars`` is below ``MIN_BLOCK_CHARS``.
     """
@@ -635,6 +636,8 @@ def format_block(
         kept: list[str] = []
         used = len(title) + 1
         for line in lines:
+            if line in kept:  # a caller who said the same thing twice
+                continue
             if used + len(line) + 1 <= min(limit, room):
                 kept.append(line)
                 used += len(line) + 1

@@ -306,3 +306,9 @@ def test_the_block_never_exceeds_its_cap(cap, partial):
         exchanges=tuple(exchange(n, text="t" * (n * 53 % 700 + 1)) for n in range(8)),
     )
     assert len(memory.format_block(recall, max_chars=cap, partial=partial)) <= cap
+
+
+def test_an_exchange_said_twice_appears_once_in_the_block():
+    again = tuple(exchange(n, text="my sister is vegetarian") for n in range(3))
+    block = memory.format_block(memory.Recall(exchanges=again))
+    assert block.count("my sister is vegetarian") == 1
