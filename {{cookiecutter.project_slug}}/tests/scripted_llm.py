@@ -27,8 +27,20 @@ class ToolCall:
     say: str = ""
 
 
-Reply = str | ToolCall
+@dataclass
+class Slow:
+    """A scripted reply that starts only after ``seconds`` (a provider under load)."""
+
+    seconds: float
+    text: str
+
+
+Reply = str | ToolCall | Slow | Exception
+"""A text, a tool call, a slow text, or an exception the provider raises."""
 Script = Callable[[llm.ChatContext], Reply]
+
+
+INSTRUCTIONS_ID = "lk.agent_task.instructions"  # livekit-agents voice/generation.py
 
 
 class ScriptedLLM(llm.LLM):
@@ -47,6 +59,13 @@ class ScriptedLLM(llm.LLM):
         self._script = script if callable(script) else list(script or [])
         self.chunk_delay = chunk_delay
         self.requests: list[llm.ChatContext] = []
+
+    @property
+    def replies(self) -> list[llm.ChatContext]:
+        """The requests the agent made for its replies: those that start with the
+        agent's instructions (LiveKit gives that message a fixed id). Requests that
+        code makes itself with the same model, such as a call summary, are left out."""
+        return [r for r in self.requests if r.items and r.items[0].id == INSTRUCTIONS_ID]
 
     def chat(
         self,
@@ -73,6 +92,11 @@ class _ScriptedStream(llm.LLMStream):
         self._delay = model.chunk_delay
 
     async def _run(self) -> None:
+        if isinstance(self._reply, Exception):
+            raise self._reply
+        if isinstance(self._reply, Slow):
+            await asyncio.sleep(self._reply.seconds)
+            self._reply = self._reply.text
         if isinstance(self._reply, ToolCall):
             call = FunctionToolCall(
                 name=self._reply.name,

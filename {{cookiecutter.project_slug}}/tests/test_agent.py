@@ -37,7 +37,7 @@ def last_block_of(chat_ctx: llm.ChatContext) -> str:
 
 
 def last_block(model: ScriptedLLM) -> str:
-    return last_block_of(model.requests[-1])
+    return last_block_of(model.replies[-1])
 
 
 def history_text(session) -> str:
@@ -69,7 +69,7 @@ async def test_the_block_sits_just_before_the_callers_latest_words(store):
     model = ScriptedLLM()
     async with call(store, ALICE, model) as (session, _):
         await say(session, "What's my name?")
-    items = [i for i in model.requests[-1].items if i.type == "message"]
+    items = [i for i in model.replies[-1].items if i.type == "message"]
     assert items[-1].role == "user" and items[-1].text_content == "What's my name?"
     assert items[-2].role == "system" and "name: Alice" in (items[-2].text_content or "")
 
@@ -81,7 +81,7 @@ async def test_another_caller_hears_nothing_of_it(store):
     async with call(store, BOB, model, call_id="call-2") as (session, _):
         await say(session, "What is my locker code and my dog's name?")
     assert last_block(model) == memory.NOTHING_KNOWN
-    assert all("4417" not in str(r.items) and "Biscuit" not in str(r.items) for r in model.requests)
+    assert all("4417" not in str(r.items) and "Biscuit" not in str(r.items) for r in model.replies)
 
 
 async def test_a_new_caller_gets_the_one_sentence_nothing_known_block(store):
@@ -97,21 +97,37 @@ async def test_the_greeting_uses_the_preloaded_profile(store):
     model = ScriptedLLM(["Hi Alice!"])
     async with call(store, ALICE, model) as (session, _):
         await say(session, "Hi")
-    greeting = model.requests[0]
+    greeting = model.replies[0]
     assert "name: Alice" in last_block_of(greeting)
     # the request still ends with what the reply answers: the greeting instruction
-    assert greeting.items[-1].text_content == "Greet the caller, by name if you know it."
+    assert (
+        greeting.items[-1].role == "system"
+        and "Greet the caller" in greeting.items[-1].text_content
+    )
     assert greeting.items[-2].extra.get("memory_block")
 
 
 async def test_the_next_call_starts_with_a_summary_of_the_last(store):
     async with call(store, ALICE, ScriptedLLM()) as (session, _):
         await say(session, "I'm calling about my broken washing machine.")
+    (summary,) = (await store.profile(ALICE)).summaries
+    assert summary.call_id == "call-1" and summary.text
     model = ScriptedLLM(["Hi again!"])
     async with call(store, ALICE, model, call_id="call-2"):
         pass
-    greeting_block = last_block_of(model.requests[0])
-    assert "Latest calls:" in greeting_block and "broken washing machine" in greeting_block
+    greeting_block = last_block_of(model.replies[0])
+    assert "Latest calls:" in greeting_block and summary.text in greeting_block
+
+
+async def test_the_short_summary_is_the_callers_first_words(store):
+    call_memory = memory.CallMemory(store, ALICE, "call-1")
+    call_memory.capture("user", "u1", "I'm calling about my broken washing machine.")
+    call_memory.capture("assistant", "a1", "Sorry to hear that.")
+    call_memory.capture("user", "u2", "It leaks.")
+    assert call_memory.summary() == (
+        "The caller talked about: I'm calling about my broken washing machine.; It leaks."
+    )
+    await call_memory.aclose()
 
 
 class SlowStore(memory.SQLiteMemory):
@@ -154,7 +170,7 @@ async def test_a_failing_store_still_gets_a_reply_and_warns_once(db_path, caplog
             await say(session, "First question?")
             await say(session, "Second question?")
     assert last_block(model) == memory.MEMORY_UNAVAILABLE
-    assert memory.NOTHING_KNOWN not in str(model.requests[-1].items)
+    assert memory.NOTHING_KNOWN not in str(model.replies[-1].items)
     warnings = [r for r in caplog.records if "recall failed" in r.getMessage()]
     assert len(warnings) == 1
     # Capture does not depend on recall: the turns were still saved.
@@ -175,7 +191,7 @@ async def test_memory_never_enters_session_history_or_the_agent_context(store):
         for ctx in (session.history, agent_ctx):
             assert "green" not in str([i for i in ctx.items if i.type == "message"])
     # every request carried exactly one block, however long the call got
-    assert all(len(memory_blocks(r)) == 1 for r in model.requests)
+    assert all(len(memory_blocks(r)) == 1 for r in model.replies)
 
 
 async def test_a_tool_call_reply_recalls_once(db_path):
@@ -198,7 +214,7 @@ async def test_a_tool_call_reply_recalls_once(db_path):
         result.expect.next_event().is_message(role="assistant")
         assert CountingStore.recalls - before == 1
     # both LLM steps of the turn saw exactly one block
-    assert [len(memory_blocks(r)) for r in model.requests[1:]] == [1, 1]
+    assert [len(memory_blocks(r)) for r in model.replies[1:]] == [1, 1]
     assert (await store.profile(ALICE)).facts[0].value == "Porto"
     await store.close()
 
@@ -226,7 +242,7 @@ async def test_a_bad_fact_comes_back_to_the_model_as_a_sentence(store):
         result = await say(session, "Remember this.")
         result.expect.next_event().is_function_call(name="remember")
         result.expect.next_event().is_function_call_output(is_error=False)
-    output = next(i for i in model.requests[-1].items if i.type == "function_call_output")
+    output = next(i for i in model.replies[-1].items if i.type == "function_call_output")
     assert output.output.startswith("Not saved:")
 
 
@@ -297,7 +313,7 @@ async def test_without_a_caller_id_memory_is_off_and_the_agent_still_works(store
     async with call(store, None, model) as (session, _):
         result = await say(session, "Hello?")
         result.expect.next_event().is_message(role="assistant")
-    assert all(memory_blocks(r) == [] for r in model.requests)
+    assert all(memory_blocks(r) == [] for r in model.replies)
     assert await store.exchanges(ALICE) == []
 
 

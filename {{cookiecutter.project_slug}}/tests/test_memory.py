@@ -268,7 +268,9 @@ def fact(n: int, value: str = "x" * 400) -> memory.Fact:
 
 
 def test_the_unavailable_sentence_survives_a_cap_full_of_facts():
-    block = memory.format_block(memory.Recall(facts=tuple(fact(n) for n in range(20))), partial=True)
+    block = memory.format_block(
+        memory.Recall(facts=tuple(fact(n) for n in range(20))), partial=True
+    )
     assert block.endswith(memory.MEMORY_UNAVAILABLE)
     assert len(block) <= memory.MAX_BLOCK_CHARS
 

@@ -75,13 +75,13 @@ async def voice_call(store, model, assistant_cls=agent.Assistant):
 
 
 def turn_requests(model: ScriptedLLM, before: int) -> list:
-    return model.requests[before:]
+    return model.replies[before:]
 
 
 async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(counting_store):
     model = ScriptedLLM(["Hello!"] + ["A table for Friday, by the window."] * 3)
     async with voice_call(counting_store, model) as (session, speech, replies, call):
-        before, recalls = len(model.requests), counting_store.recalls
+        before, recalls = len(model.replies), counting_store.recalls
         # The transcript firms up in steps; each preflight starts a preemptive reply.
         await speech.say(
             "I'd like to book",
@@ -114,7 +114,7 @@ async def test_a_memory_hit_costs_one_llm_request_per_turn(counting_store, caplo
     model = ScriptedLLM(["Hello!", "Your usual table is by the window."])
     with caplog.at_level(logging.WARNING):
         async with voice_call(counting_store, model) as (session, speech, replies, call):
-            before = len(model.requests)
+            before = len(model.replies)
             await speech.say("Where is my usual table?", "Where is my usual table?")
             await asyncio.wait_for(replies.get(), 5)
             requests = turn_requests(model, before)
@@ -145,7 +145,7 @@ async def test_injecting_in_on_user_turn_completed_costs_a_second_request(counti
             replies,
             call,
         ):
-            before = len(model.requests)
+            before = len(model.replies)
             await speech.say("Where is my usual table?", "Where is my usual table?")
             await asyncio.wait_for(replies.get(), 5)
             requests = turn_requests(model, before)
@@ -167,15 +167,15 @@ async def test_every_request_of_a_long_call_carries_exactly_one_block(counting_s
             await asyncio.wait_for(replies.get(), 5)
         history = list(session.history.items)
         agent_ctx = list(session.current_agent.chat_ctx.items)
-    assert len(model.requests) == 12  # greeting, ten turns, one post-tool step
-    assert all(len(memory_blocks(r)) == 1 for r in model.requests)
+    assert len(model.replies) == 12  # greeting, ten turns, one post-tool step
+    assert all(len(memory_blocks(r)) == 1 for r in model.replies)
     for items in (history, agent_ctx):
         assert not [i for i in items if i.type == "message" and i.extra.get("memory_block")]
         assert "by the window" not in str([i for i in items if i.type == "message"])
     assert next(i for i in history if i.type == "message").text_content == "Hello!"
     # Each request is the instructions, one block and real conversation items only.
     history_ids = {i.id for i in history}
-    for request in model.requests:
+    for request in model.replies:
         extra = [
             i
             for i in request.items
@@ -226,11 +226,11 @@ async def test_after_a_handoff_the_next_agent_keeps_the_caller_and_the_memory(co
         await session.current_speech.wait_for_playout()
         await session.run(user_input="I want to book, transfer me please.")
         assert isinstance(session.current_agent, Bookings)
-        b_requests = len(model.requests)
+        b_requests = len(model.replies)
         await session.run(user_input="Where do I usually sit?")
         # every request agent B made carries the caller's memory
-        greeting = next(r for r in model.requests if "bookings desk" in str(r.items[-1]))
-        for request in [greeting, *model.requests[b_requests:]]:
+        greeting = next(r for r in model.replies if "bookings desk" in str(r.items[-1]))
+        for request in [greeting, *model.replies[b_requests:]]:
             (block,) = memory_blocks(request)
             assert "by the window" in block
     await call_memory.aclose()
