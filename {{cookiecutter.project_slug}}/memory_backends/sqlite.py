@@ -771,6 +771,20 @@ class CallMemory:
         except Exception as exc:
             self._warn_once("preload", "could not preload the caller profile: %r", exc)
 
+    async def facts(self) -> dict[str, str]:
+        """The caller's facts (kind -> value) from the profile preloaded at call start,
+        waiting for it at most ``recall_budget`` seconds; {} when memory is off, slow
+        or failing (so a caller is never taken for someone they are not)."""
+        if not self.enabled:
+            return {}
+        if self._preload is None:
+            self.start()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._preload), self.recall_budget)  # type: ignore[arg-type]
+        except Exception:
+            return {}
+        return {f.kind: f.value for f in self.profile.facts} if self.profile else {}
+
     async def block_for(self, user_text: str) -> str | None:
         """The memory block for a reply to ``user_text`` (the caller's latest words,
         "" before they have spoken), within ``recall_budget`` seconds; None when memory
@@ -997,9 +1011,16 @@ class CallMemory:
             if self.summarize is not None:
                 try:  # at most half of what is left, so the extractive one still fits
                     left = (deadline - time.monotonic()) / 2
-                    summary = " ".join((await asyncio.wait_for(self.summarize(self.exchanges), left)).split()) or summary
+                    summary = (
+                        " ".join(
+                            (await asyncio.wait_for(self.summarize(self.exchanges), left)).split()
+                        )
+                        or summary
+                    )
                 except Exception as exc:
-                    self._warn_once("summarize", "call summary failed, keeping the short one: %r", exc)
+                    self._warn_once(
+                        "summarize", "call summary failed, keeping the short one: %r", exc
+                    )
             try:
                 await asyncio.wait_for(
                     self.store.save_summary(self.caller_id, self.call_id, summary),  # type: ignore[arg-type]

@@ -1,0 +1,79 @@
+"""Recipe telephony: the phone number is the caller; nothing is kept without consent."""
+
+from __future__ import annotations
+
+import pytest
+from livekit import rtc
+from livekit.rtc._proto import handle_pb2, participant_pb2
+
+import agent
+import memory
+from tests.conftest import call
+from tests.scripted_llm import ScriptedLLM, ToolCall
+
+NUMBER = "+15550100200"
+
+
+def sip_caller(number: str) -> rtc.RemoteParticipant:
+    """A real rtc.RemoteParticipant as LiveKit's SIP service creates it."""
+    info = participant_pb2.ParticipantInfo(
+        identity=f"sip_{number}", kind=participant_pb2.ParticipantKind.PARTICIPANT_KIND_SIP
+    )
+    info.attributes["sip.phoneNumber"] = number
+    owned = participant_pb2.OwnedParticipant(handle=handle_pb2.FfiOwnedHandle(id=0), info=info)
+    return rtc.RemoteParticipant(owned)
+
+
+def test_the_caller_is_the_number_in_e164_form():
+    assert agent.caller_id_for(sip_caller("+1 (555) 010-0200"), {}) == NUMBER
+
+
+@pytest.mark.parametrize("number", ["", "anonymous", "Restricted"])
+def test_a_withheld_number_is_refused_so_memory_is_off(number):
+    with pytest.raises(memory.InvalidCallerId):
+        agent.caller_id_for(sip_caller(number), {})
+
+
+async def test_a_new_number_is_asked_for_consent_and_nothing_is_kept_before_yes(store):
+    model = ScriptedLLM(
+        [
+            "Hello! May I remember this call to help you next time?",
+            "Sorry, could you answer yes or no?",
+            ToolCall("record_consent", {"agreed": True}),
+            "Thank you.",
+            "Noted.",
+        ]
+    )
+    async with call(store, NUMBER, model) as (session, _):
+        assert "ask whether you may remember this call" in model.replies[0].items[-1].text_content
+        await session.run(user_input="My account number is 4417.")
+        await session.run(user_input="Yes, you can.")
+        await session.run(user_input="My new address is 1 Placeholder Street.")
+    saved = [e.user_text for e in await store.exchanges(NUMBER)]
+    assert saved == ["My new address is 1 Placeholder Street."]
+    assert (await store.profile(NUMBER)).facts[0].value == "yes"
+
+
+async def test_a_caller_who_said_no_is_not_asked_again_and_nothing_is_kept(store):
+    model = ScriptedLLM(
+        ["Hello! May I remember this call?", ToolCall("record_consent", {"agreed": False}), "Okay."]
+    )
+    async with call(store, NUMBER, model) as (session, _):
+        await session.run(user_input="No, please don't.")
+    model = ScriptedLLM(["Hello!", "Sure."])
+    async with call(store, NUMBER, model, call_id="call-2") as (session, _):
+        await session.run(user_input="My PIN hint is marmalade.")
+    assert "ask whether you may remember" not in model.replies[0].items[-1].text_content
+    assert await store.exchanges(NUMBER) == []
+    assert [(f.kind, f.value) for f in (await store.profile(NUMBER)).facts] == [
+        ("recording_consent", "no")
+    ]
+
+
+async def test_a_caller_who_agreed_before_is_captured_from_the_start(store):
+    await store.remember(NUMBER, "recording_consent", "yes")
+    model = ScriptedLLM(["Hello again!", "Noted."])
+    async with call(store, NUMBER, model) as (session, _):
+        await session.run(user_input="My flight is on Friday.")
+    assert [e.user_text for e in await store.exchanges(NUMBER)] == ["My flight is on Friday."]
+    assert "ask whether" not in model.replies[0].items[-1].text_content
