@@ -1,0 +1,266 @@
+"""Recipe resume: a call survives the death of the worker running it.
+
+When to use it: long calls, deploys during business hours, workers on spot machines.
+If a worker process dies mid-call, LiveKit dispatches the room to another worker;
+without this recipe the new agent greets the caller as if the call had just begun.
+Here it continues from the saved turns of this call instead.
+
+What changes against agent.py: the call id is the room's sid (the same for the
+worker that takes the room over, unlike the job id); `resumed_assistant` reads this
+call's saved exchanges (bounded by `RESUME_TIMEOUT`) into the new agent's chat
+context; `on_enter` then picks the conversation up instead of greeting. Capture
+saves every turn as it happens (agent.py already does), so what the caller said
+before the crash is there. The reply being spoken at the crash is saved as far as
+LiveKit had added it; a reply never added is lost with the process.
+
+Copy it into your agent: put this file and memory.py next to your agent file, use
+the room sid as the call id, and build your Agent with `resumed_assistant`.
+
+Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
+(or `dev`, `start`).
+"""
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+
+from dotenv import load_dotenv
+from livekit import rtc
+from livekit.agents import (
+    Agent,
+    AgentServer,
+    AgentSession,
+    ConversationItemAddedEvent,
+    JobContext,
+    JobProcess,
+    RunContext,
+    cli,
+    function_tool,
+    inference,
+    llm,
+    room_io,
+)
+from livekit.plugins import silero
+
+import memory
+
+logger = logging.getLogger("agent")
+
+# Next to this file, not the working directory, so `uv run` works from anywhere.
+load_dotenv(Path(__file__).with_name(".env.local"))
+
+AGENT_NAME = "memory-agent"
+LLM_MODEL = "openai/gpt-4.1-mini"
+STT_MODEL = "deepgram/nova-3"
+TTS_MODEL = "cartesia/sonic-3"
+MEMORY_DB = os.getenv("MEMORY_DB", str(Path(__file__).with_name("memory.db")))
+RESUME_TIMEOUT = 1.0
+"""Seconds to wait for this call's saved turns; past it the call starts afresh."""
+
+INSTRUCTIONS = """\
+You are a friendly voice assistant who remembers the people who call you.
+Keep answers short and speakable: no lists, markdown or emojis.
+Before each reply you may get a block of background about the caller from earlier
+calls; use it when it helps, and never claim to remember anything that is not in it.
+When the caller tells you something lasting about themselves (their name, where they
+live, a preference), save it with the remember tool."""
+
+
+class Assistant(Agent):
+    def __init__(
+        self,
+        call: memory.CallMemory,
+        *,
+        model: llm.LLM | None = None,
+        history: llm.ChatContext | None = None,
+    ) -> None:
+        super().__init__(
+            instructions=INSTRUCTIONS,
+            llm=model or inference.LLM(model=LLM_MODEL),
+            chat_ctx=history,
+        )
+        self.call = call
+        self.resumed = history is not None
+
+    async def on_enter(self) -> None:
+        if self.resumed:
+            # The caller heard the call drop: no second greeting, just pick it up.
+            self.session.generate_reply(
+                instructions="The line dropped for a moment and you are back. Say so in a "
+                "few words and continue where the conversation left off. Do not greet again."
+            )
+            return
+        # llm_node runs for this reply too, so the greeting sees the preloaded profile.
+        self.session.generate_reply(instructions="Greet the caller, by name if you know it.")
+
+    async def on_exit(self) -> None:
+        # Runs when the session closes or hands off to another agent: write what is
+        # pending now, while the process surely lives. (Bounded: FLUSH_TIMEOUT.)
+        await self.call.flush()
+
+    async def llm_node(self, chat_ctx, tools, model_settings):
+        # Recall here, not in on_user_turn_completed: editing the turn there discards
+        # LiveKit's preemptive generation, and typed turns never call that hook.
+        # https://docs.livekit.io/agents/build/nodes/#llm-node
+        # The copy keeps the block out of session.history and out of the context
+        # the next step or turn starts from, so no reply ever sees two blocks.
+        chat_ctx = chat_ctx.copy()
+        items = chat_ctx.items
+        users = [
+            i for i, item in enumerate(items) if item.type == "message" and item.role == "user"
+        ]
+        latest = items[users[-1]].text_content or "" if users else ""
+        block = await self.call.block_for(latest)
+        if block:
+            # Just before what the reply answers, so the request still ends with it:
+            # the caller's latest words or, before they have spoken, the instructions
+            # of a generate_reply (the greeting).
+            if users:
+                at = users[-1]
+            elif items and items[-1].type == "message" and items[-1].role == "system":
+                at = len(items) - 1
+            else:
+                at = len(items)
+            items.insert(
+                at, llm.ChatMessage(role="system", content=[block], extra={"memory_block": True})
+            )
+        async for chunk in Agent.default.llm_node(self, chat_ctx, tools, model_settings):
+            yield chunk
+
+    @function_tool
+    async def remember(self, context: RunContext, kind: str, value: str) -> str:
+        """Save a lasting fact about the caller for future calls. A newer value of the
+        same kind replaces the old one.
+
+        Args:
+            kind: What the fact is about, in a few words, e.g. "name", "home city".
+            value: The fact itself, e.g. "Maria", "Lisbon".
+        """
+        return await self.call.remember(kind, value)
+
+
+async def resumed_assistant(call: memory.CallMemory, *, model: llm.LLM | None = None) -> Assistant:
+    """The Assistant for this call: with the call's saved turns as its chat context
+    when a worker before this one ran the call, else a fresh one."""
+    try:
+        saved = await asyncio.wait_for(
+            call.store.exchanges(call.caller_id, call_id=call.call_id), RESUME_TIMEOUT
+        )
+    except Exception as exc:  # slow, failing or memory off: start afresh
+        logger.warning("could not read this call's saved turns: %r", exc)
+        saved = []
+    if not saved:
+        return Assistant(call, model=model)
+    history = llm.ChatContext()
+    for exchange in saved:
+        history.add_message(role="user", content=exchange.user_text, created_at=exchange.created_at)
+        if exchange.assistant_text:
+            history.add_message(
+                role="assistant",
+                content=exchange.assistant_text,
+                interrupted=exchange.interrupted,
+                created_at=exchange.created_at,
+            )
+    return Assistant(call, model=model, history=history)
+
+
+def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
+    """Capture: hand each user or assistant message to the call's memory, which pairs
+    them into exchanges and saves them in the background. Tool calls never come
+    through this event; agent handoff items do and are skipped."""
+
+    @session.on("conversation_item_added")
+    def _on_item(ev: ConversationItemAddedEvent) -> None:
+        item = ev.item
+        if item.type == "message" and item.role in ("user", "assistant"):
+            # text_content joins text parts and drops images and expressive markup;
+            # an interrupted reply holds only what was said before the barge-in.
+            call.capture(
+                item.role,
+                item.id,
+                item.text_content,
+                interrupted=item.interrupted,
+                created_at=item.created_at,
+            )
+
+
+def dispatch_metadata(job_metadata: str) -> dict:
+    """The JSON object your dispatch put in the job metadata ({} if none or malformed).
+    Keys read here: `caller_id` (whose memory to use) and `caller_identity` (which
+    participant is the caller, e.g. when an observer may join the room first)."""
+    try:
+        metadata = json.loads(job_metadata) if job_metadata else {}
+    except json.JSONDecodeError:
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict) -> str:
+    """The stable id memory is kept under, from what authentication established:
+    `caller_id` from the dispatch metadata, else the SIP caller's phone number
+    (E.164), else the participant identity from the access token. Never the room
+    name, which names the call, not the caller.
+
+    Raises memory.InvalidCallerId with the reason when the id is unusable.
+    """
+    if dispatch.get("caller_id"):
+        return memory.validate_caller_id(dispatch["caller_id"])
+    if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
+        return memory.normalise_phone_number(participant.attributes.get("sip.phoneNumber", ""))
+    return memory.validate_caller_id(participant.identity)
+
+
+server = AgentServer()
+
+
+def prewarm(proc: JobProcess) -> None:
+    proc.userdata["vad"] = silero.VAD.load()
+    # One store per worker process, shared by the calls it runs.
+    proc.userdata["memory"] = memory.open_store(MEMORY_DB)
+
+
+server.setup_fnc = prewarm
+
+
+@server.rtc_session(agent_name=AGENT_NAME)
+async def entrypoint(ctx: JobContext) -> None:
+    ctx.log_context_fields = {"room": ctx.room.name}
+    dispatch = dispatch_metadata(ctx.job.metadata)
+    await ctx.connect()
+    # The caller is the participant the dispatch names, else the first SIP or
+    # standard participant to join (LiveKit's own rule for linking a session);
+    # observers should join hidden, or be excluded by naming the caller.
+    participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
+    try:
+        caller_id: str | None = caller_id_for(participant, dispatch)
+    except memory.InvalidCallerId as exc:
+        logger.warning("memory is off for this call: %s", exc)
+        caller_id = None
+
+    # The room's sid names the call: a worker that takes the room over gets the same.
+    call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=await ctx.room.sid)
+    call.start()  # preload facts and call summaries while the session starts
+    # A hang-up closes the session and then the job; the job waits for shutdown
+    # callbacks (up to shutdown_process_timeout), so the last writes land here.
+    ctx.add_shutdown_callback(call.aclose)
+
+    session = AgentSession(
+        stt=inference.STT(model=STT_MODEL),
+        tts=inference.TTS(model=TTS_MODEL),
+        vad=ctx.proc.userdata["vad"],
+        # preemptive generation is on by default; recall in llm_node keeps it useful
+    )
+    start_capture(session, call)
+    await session.start(
+        agent=await resumed_assistant(call),
+        room=ctx.room,
+        # Link the session to the participant memory is keyed to, so both follow the
+        # same person (not whoever joins or speaks first).
+        room_options=room_io.RoomOptions(participant_identity=participant.identity),
+    )
+
+
+if __name__ == "__main__":
+    cli.run_app(server)
