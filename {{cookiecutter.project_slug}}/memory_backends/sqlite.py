@@ -739,8 +739,6 @@ class CallMemory:
         self._warned: set[str] = set()
         # capture state: the exchange being built, and every item id already taken
         self._seen_items: set[str] = set()
-        self._turn: _Turn | None = None
-        self._previous: _Turn | None = None
         self._turns: list[_Turn] = []  # this call's exchanges, for its summary
         self.capturing = True  # False: nothing more of this call is saved
         self.summarize: Callable[[list[Exchange]], Awaitable[str]] | None = None
@@ -828,18 +826,22 @@ class CallMemory:
         """Take one chat message as it is added to the conversation.
 
         ``created_at`` is the message's own time (LiveKit's ``ChatMessage.created_at``,
-        seconds since the epoch; for a reply, when it started). Rules, chosen so the
-        caller's words are never dropped and never paired with the wrong reply:
+        seconds since the epoch: for the caller, when they started speaking; for a
+        reply, when it started). Messages are paired by these times, not by the order
+        they arrive in, so the caller's words are never dropped nor paired with a
+        reply they did not prompt:
         - an item id seen before is ignored, so duplicate events save nothing twice;
         - each user message opens an exchange and is saved at once; one that gets no
           reply (the caller barged in before the first audio frame, or hung up) stays
           a user-only exchange;
-        - an assistant message completes the latest exchange; more assistant messages
-          before the next user message ("Let me check." + tool call + the answer) join
-          it; an empty text counts as no reply and the same text is not added twice;
-        - an assistant message that started before the latest user message was
-          already under way when the caller spoke: it belongs to the exchange before
-          (with none before, it is the greeting, which is not the caller's memory);
+        - an assistant message joins the latest exchange that began before it, so
+          several replies to one turn ("Let me check." + tool call + the answer) make
+          one exchange, and a reply already under way when the caller spoke again
+          stays with the turn it answered; an empty text counts as no reply, the same
+          text is not added twice, and a reply before any user message (the greeting)
+          is not the caller's memory and is not saved;
+        - a caller's transcript that arrives after the reply it prompted (realtime
+          providers do this) takes that reply over from the exchange before;
         - every change is written in the background, keyed by the user item id.
         """
         if not self.enabled or self._closed or not self.capturing or item_id in self._seen_items:
@@ -851,20 +853,23 @@ class CallMemory:
             # a new user turn: recall cached for other (or preemptive partial) texts is stale
             key = " ".join(text.split()).lower()
             self._recall_tasks = {k: t for k, t in self._recall_tasks.items() if k == key}
-            self._previous, self._turn = self._turn, _Turn(item_id, at, text)
-            self._turns.append(self._turn)
-            turn = self._turn
+            turn = _Turn(item_id, at, text)
+            before = next((t for t in reversed(self._turns) if t.at <= at), None)
+            self._turns.append(turn)
+            self._turns.sort(key=lambda t: t.at)
+            if before is not None:
+                taken = [part for part in before.replies if part.at >= at]
+                if taken:
+                    before.replies = [part for part in before.replies if part.at < at]
+                    turn.replies = taken
+                    self._queue(before.exchange(self.caller_id, self.call_id))  # type: ignore[arg-type]
         elif role == "assistant" and text:
-            turn = self._turn
-            if turn is not None and at < turn.at:
-                turn = self._previous
-            if turn is None or text in turn.assistant:
+            turn = next((t for t in reversed(self._turns) if t.at <= at), None)
+            if turn is None or text in [part.text for part in turn.replies]:
                 return
-            turn.assistant.append(text)
-            turn.interrupted |= interrupted
+            turn.replies.append(_Reply(at, item_id, text, interrupted))
         else:
             return
-        turn.item_ids.append(item_id)
         self._queue(turn.exchange(self.caller_id, self.call_id))  # type: ignore[arg-type]
 
     def _queue(self, exchange: Exchange) -> None:
@@ -1052,15 +1057,21 @@ class CallMemory:
 
 
 @dataclass
+class _Reply:
+    at: float
+    item_id: str
+    text: str
+    interrupted: bool
+
+
+@dataclass
 class _Turn:
     """The exchange being built: one user message and the replies to it."""
 
     user_item_id: str
     at: float
     user_text: str
-    assistant: list[str] = field(default_factory=list)
-    interrupted: bool = False
-    item_ids: list[str] = field(default_factory=list)
+    replies: list[_Reply] = field(default_factory=list)
 
     def exchange(self, caller_id: str, call_id: str) -> Exchange:
         return Exchange(
@@ -1068,9 +1079,9 @@ class _Turn:
             caller_id=caller_id,
             call_id=call_id,
             user_text=self.user_text,
-            assistant_text="\n".join(self.assistant),
-            interrupted=self.interrupted,
-            item_ids=tuple(self.item_ids),
+            assistant_text="\n".join(r.text for r in self.replies),
+            interrupted=any(r.interrupted for r in self.replies),
+            item_ids=(self.user_item_id, *(r.item_id for r in self.replies)),
             created_at=self.at,
         )
 

@@ -155,3 +155,19 @@ async def test_two_calls_in_one_process_keep_their_own_state(store):
             )
     assert await saved(store, "caller-a") == [("Caller A talks about apples.", "OK.", False)]
     assert await saved(store, "caller-b") == [("Caller B talks about bicycles.", "OK.", False)]
+
+
+async def test_a_transcript_that_arrives_after_its_reply_still_pairs_with_it(store):
+    # Realtime providers may deliver the caller's final transcript after the reply it
+    # prompted; LiveKit stamps it with when the caller started speaking.
+    async with call(store, CALLER, ScriptedLLM()) as (session, _):
+        feed = Feed(session)
+        feed.message("user", "Is the pool open today?", id="u1")
+        feed.message("assistant", "Yes, until eight.", id="a1")
+        spoke = feed.clock + 1.0
+        feed.message("assistant", "The gym closes at ten.", id="a2", at=spoke + 1.5)
+        feed.message("user", "And the gym?", id="u2", at=spoke)  # arrives last
+    assert await saved(store) == [
+        ("Is the pool open today?", "Yes, until eight.", False),
+        ("And the gym?", "The gym closes at ten.", False),
+    ]
