@@ -739,7 +739,8 @@ class CallMemory:
         self._warned: set[str] = set()
         # capture state: the exchange being built, and every item id already taken
         self._seen_items: set[str] = set()
-        self._turns: list[_Turn] = []  # this call's exchanges, for its summary
+        self._turns: list[_Turn] = []  # this call's exchanges, by when each began
+        self._unpaired: list[_Reply] = []  # replies before any turn (greeting, late transcript)
         self.capturing = True  # False: nothing more of this call is saved
         self.summarize: Callable[[list[Exchange]], Awaitable[str]] | None = None
         """Writes the call summary from this call's exchanges (e.g. with the session's
@@ -854,6 +855,8 @@ class CallMemory:
             key = " ".join(text.split()).lower()
             self._recall_tasks = {k: t for k, t in self._recall_tasks.items() if k == key}
             turn = _Turn(item_id, at, text)
+            turn.replies = [r for r in self._unpaired if r.at >= at]
+            self._unpaired = [r for r in self._unpaired if r.at < at]
             before = next((t for t in reversed(self._turns) if t.at <= at), None)
             self._turns.append(turn)
             self._turns.sort(key=lambda t: t.at)
@@ -861,13 +864,18 @@ class CallMemory:
                 taken = [part for part in before.replies if part.at >= at]
                 if taken:
                     before.replies = [part for part in before.replies if part.at < at]
-                    turn.replies = taken
+                    turn.replies = sorted(turn.replies + taken, key=lambda r: r.at)
                     self._queue(before.exchange(self.caller_id, self.call_id))  # type: ignore[arg-type]
         elif role == "assistant" and text:
+            reply = _Reply(at, item_id, text, interrupted)
             turn = next((t for t in reversed(self._turns) if t.at <= at), None)
-            if turn is None or text in [part.text for part in turn.replies]:
+            if turn is None:
+                # the greeting, or a reply whose caller transcript is still to come
+                self._unpaired = [*self._unpaired[-9:], reply]
                 return
-            turn.replies.append(_Reply(at, item_id, text, interrupted))
+            if text in [part.text for part in turn.replies]:
+                return
+            turn.replies.append(reply)
         else:
             return
         self._queue(turn.exchange(self.caller_id, self.call_id))  # type: ignore[arg-type]

@@ -13,7 +13,6 @@ import time
 
 from livekit.agents import ConversationItemAddedEvent, llm
 
-import memory
 from tests.conftest import call
 from tests.scripted_llm import ScriptedLLM, ToolCall
 
@@ -171,3 +170,12 @@ async def test_a_transcript_that_arrives_after_its_reply_still_pairs_with_it(sto
         ("Is the pool open today?", "Yes, until eight.", False),
         ("And the gym?", "The gym closes at ten.", False),
     ]
+
+
+async def test_a_first_reply_that_arrives_before_its_transcript_is_kept(store):
+    async with call(store, CALLER, ScriptedLLM()) as (session, _):
+        feed = Feed(session)
+        spoke = feed.clock + 1.0
+        feed.message("assistant", "Good morning to you too!", id="a1", at=spoke + 1.0)
+        feed.message("user", "Good morning!", id="u1", at=spoke)
+    assert await saved(store) == [("Good morning!", "Good morning to you too!", False)]

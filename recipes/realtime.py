@@ -1,0 +1,228 @@
+"""Recipe realtime: memory for speech-to-speech models (OpenAI Realtime, Gemini Live).
+
+When to use it: a realtime model instead of STT + LLM + TTS. Realtime models never
+call `llm_node`, so agent.py's per-reply recall cannot work; what does:
+- the profile (facts, latest call summaries) goes into the agent's instructions
+  before the session starts, the one channel every provider accepts;
+- a `recall_memory` tool for what was said in earlier calls: with server-side turn
+  detection (the providers' default) the provider starts each reply itself and
+  LiveKit never calls `on_user_turn_completed`; and where it does call it (LiveKit's
+  own turn detection), livekit-agents 1.8.9 builds the realtime reply from the
+  caller's input, not from the turn context edited there (voice/agent_activity.py),
+  so a block added in that hook would be dropped silently. No hook is used;
+- capture from the transcripts, through `conversation_item_added` as in agent.py.
+  Input transcription must be on, or there are no user items at all: the model is
+  built with it, and if it is off the agent says so in the log and saves nothing
+  (never assistant-only memories). Providers deliver the caller's transcript after
+  the reply it prompted; `CallMemory.capture` pairs them by when each began.
+
+What changes against agent.py: the model (`REALTIME_MODEL` with input transcription),
+no STT/TTS/VAD, an `Assistant` that takes the profile, no `llm_node`, a
+`recall_memory` tool, and the transcription check in `on_enter`.
+Tested with a scripted realtime stand-in (the recipe's tests): profile in the
+instructions, the recall tool, capture from late transcripts, the missing-
+transcription guard. Not tested: a real provider's audio path.
+
+Copy it into your agent: put this file and memory.py next to your agent file; build
+your Agent with the profile in its instructions, add the tools, and call
+`start_capture(session, call)` as `entrypoint` does.
+
+Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
+(or `dev`, `start`).
+"""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from dotenv import load_dotenv
+from livekit import rtc
+from livekit.agents import (
+    Agent,
+    AgentServer,
+    AgentSession,
+    ConversationItemAddedEvent,
+    JobContext,
+    JobProcess,
+    RunContext,
+    cli,
+    function_tool,
+    inference,
+    llm,
+    room_io,
+)
+from openai.types.realtime import AudioTranscription
+
+import memory
+
+logger = logging.getLogger("agent")
+
+# Next to this file, not the working directory, so `uv run` works from anywhere.
+load_dotenv(Path(__file__).with_name(".env.local"))
+
+AGENT_NAME = "memory-agent"
+LLM_MODEL = "openai/gpt-4.1-mini"  # unused here: the realtime model below replies
+REALTIME_MODEL = "openai/gpt-realtime"
+TRANSCRIPTION_MODEL = "gpt-4o-mini-transcribe"  # the caller's words, for capture
+STT_MODEL = "deepgram/nova-3"  # unused here, as LLM_MODEL
+TTS_MODEL = "cartesia/sonic-3"  # unused here, as LLM_MODEL
+MEMORY_DB = os.getenv("MEMORY_DB", str(Path(__file__).with_name("memory.db")))
+
+INSTRUCTIONS = """\
+You are a friendly voice assistant who remembers the people who call you.
+Keep answers short and speakable: no lists, markdown or emojis.
+Below may be background about the caller from earlier calls. When the caller refers
+to something else from an earlier call, look it up with the recall_memory tool; never
+claim to remember anything you have not been told or found. When the caller tells you
+something lasting about themselves (their name, where they live, a preference), save
+it with the remember tool."""
+
+
+class Assistant(Agent):
+    def __init__(
+        self,
+        call: memory.CallMemory,
+        *,
+        model: llm.RealtimeModel | None = None,
+        profile: str | None = None,
+    ) -> None:
+        instructions = f"{INSTRUCTIONS}\n\n{profile}" if profile else INSTRUCTIONS
+        super().__init__(
+            instructions=instructions,
+            llm=model
+            or inference.RealtimeModel(
+                REALTIME_MODEL,
+                input_audio_transcription=AudioTranscription(model=TRANSCRIPTION_MODEL),
+            ),
+        )
+        self.call = call
+
+    async def on_enter(self) -> None:
+        realtime = isinstance(self.llm, llm.RealtimeModel)
+        if self.call.enabled and realtime and not self.llm.capabilities.user_transcription:
+            # No transcripts means no user items: saving would keep only the agent's side.
+            logger.error(
+                "memory capture is OFF for this call: the realtime model has no input "
+                "audio transcription, so the caller's words never reach the agent"
+            )
+            self.call.capturing = False
+        self.session.generate_reply(instructions="Greet the caller, by name if you know it.")
+
+    async def on_exit(self) -> None:
+        # Runs when the session closes or hands off to another agent: write what is
+        # pending now, while the process surely lives. (Bounded: FLUSH_TIMEOUT.)
+        await self.call.flush()
+
+    @function_tool
+    async def recall_memory(self, context: RunContext, query: str) -> str:
+        """Look up what the caller said in earlier calls.
+
+        Args:
+            query: What to look for, in the caller's words, e.g. "sister's restaurant".
+        """
+        return await self.call.block_for(query) or "Memory is off for this call."
+
+    @function_tool
+    async def remember(self, context: RunContext, kind: str, value: str) -> str:
+        """Save a lasting fact about the caller for future calls. A newer value of the
+        same kind replaces the old one.
+
+        Args:
+            kind: What the fact is about, in a few words, e.g. "name", "home city".
+            value: The fact itself, e.g. "Maria", "Lisbon".
+        """
+        return await self.call.remember(kind, value)
+
+
+def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
+    """Capture: hand each user or assistant message to the call's memory, which pairs
+    them into exchanges and saves them in the background. Tool calls never come
+    through this event; agent handoff items do and are skipped."""
+
+    @session.on("conversation_item_added")
+    def _on_item(ev: ConversationItemAddedEvent) -> None:
+        item = ev.item
+        if item.type == "message" and item.role in ("user", "assistant"):
+            # text_content joins text parts and drops images and expressive markup;
+            # an interrupted reply holds only what was said before the barge-in.
+            call.capture(
+                item.role,
+                item.id,
+                item.text_content,
+                interrupted=item.interrupted,
+                created_at=item.created_at,
+            )
+
+
+def dispatch_metadata(job_metadata: str) -> dict:
+    """The JSON object your dispatch put in the job metadata ({} if none or malformed).
+    Keys read here: `caller_id` (whose memory to use) and `caller_identity` (which
+    participant is the caller, e.g. when an observer may join the room first)."""
+    try:
+        metadata = json.loads(job_metadata) if job_metadata else {}
+    except json.JSONDecodeError:
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict) -> str:
+    """The stable id memory is kept under, from what authentication established:
+    `caller_id` from the dispatch metadata, else the SIP caller's phone number
+    (E.164), else the participant identity from the access token. Never the room
+    name, which names the call, not the caller.
+
+    Raises memory.InvalidCallerId with the reason when the id is unusable.
+    """
+    if dispatch.get("caller_id"):
+        return memory.validate_caller_id(dispatch["caller_id"])
+    if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
+        return memory.normalise_phone_number(participant.attributes.get("sip.phoneNumber", ""))
+    return memory.validate_caller_id(participant.identity)
+
+
+server = AgentServer()
+
+
+def prewarm(proc: JobProcess) -> None:
+    # One store per worker process, shared by the calls it runs.
+    proc.userdata["memory"] = memory.open_store(MEMORY_DB)
+
+
+server.setup_fnc = prewarm
+
+
+@server.rtc_session(agent_name=AGENT_NAME)
+async def entrypoint(ctx: JobContext) -> None:
+    ctx.log_context_fields = {"room": ctx.room.name}
+    dispatch = dispatch_metadata(ctx.job.metadata)
+    await ctx.connect()
+    # The caller is the participant the dispatch names, else the first SIP or
+    # standard participant to join (LiveKit's own rule for linking a session);
+    # observers should join hidden, or be excluded by naming the caller.
+    participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
+    try:
+        caller_id: str | None = caller_id_for(participant, dispatch)
+    except memory.InvalidCallerId as exc:
+        logger.warning("memory is off for this call: %s", exc)
+        caller_id = None
+
+    call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=ctx.job.id)
+    profile = await call.block_for("")  # bounded by RECALL_BUDGET; None when memory is off
+    # A hang-up closes the session and then the job; the job waits for shutdown
+    # callbacks (up to shutdown_process_timeout), so the last writes land here.
+    ctx.add_shutdown_callback(call.aclose)
+
+    session = AgentSession()  # the Assistant's realtime model hears and speaks
+    start_capture(session, call)
+    await session.start(
+        agent=Assistant(call, profile=profile),
+        room=ctx.room,
+        # Link the session to the participant memory is keyed to, so both follow the
+        # same person (not whoever joins or speaks first).
+        room_options=room_io.RoomOptions(participant_identity=participant.identity),
+    )
+
+
+if __name__ == "__main__":
+    cli.run_app(server)
