@@ -91,7 +91,7 @@ class Assistant(Agent):
             i for i, item in enumerate(items) if item.type == "message" and item.role == "user"
         ]
         latest = items[users[-1]].text_content or "" if users else ""
-        block = await self.call.block_for(latest)
+        block = await self.call.block_for(latest, turn=len(users))
         if block:
             # Just before what the reply answers, so the request still ends with it:
             # the caller's latest words or, before they have spoken, the instructions
@@ -128,6 +128,8 @@ class Assistant(Agent):
             aspect: One word: "length", "pace", "order", "tone" or "language".
             note: The instruction in a few words, e.g. "Keep answers to one sentence".
         """
+        if len(note) > 120:
+            return "Not saved: keep a style note under 120 characters."
         return await self.call.remember(f"{memory.STYLE_PREFIX}_{aspect}", note)
 
 

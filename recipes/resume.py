@@ -112,7 +112,7 @@ class Assistant(Agent):
             i for i, item in enumerate(items) if item.type == "message" and item.role == "user"
         ]
         latest = items[users[-1]].text_content or "" if users else ""
-        block = await self.call.block_for(latest)
+        block = await self.call.block_for(latest, turn=len(users))
         if block:
             # Just before what the reply answers, so the request still ends with it:
             # the caller's latest words or, before they have spoken, the instructions

@@ -5,6 +5,10 @@ E.164 form, from the SIP participant's `sip.phoneNumber` attribute; a number nev
 seen before starts a new profile; a withheld number turns memory off for the call.
 Before anything is captured the agent asks for consent to remember the call, and
 stores the answer (a fact, "recording_consent"), so it asks each number only once.
+Caller ID can be spoofed: a number says who the line claims to be, not who is
+speaking. Do not read out private facts to a caller known only by their number;
+verify them first (a PIN, a callback) or set `caller_id` in the dispatch metadata
+once your own check has passed.
 
 What changes against agent.py: `on_enter` (consent check, greeting that asks), a
 `record_consent` tool, capture switched off until consent (`CallMemory.capturing`),
@@ -104,7 +108,7 @@ class Assistant(Agent):
             i for i, item in enumerate(items) if item.type == "message" and item.role == "user"
         ]
         latest = items[users[-1]].text_content or "" if users else ""
-        block = await self.call.block_for(latest)
+        block = await self.call.block_for(latest, turn=len(users))
         if block:
             # Just before what the reply answers, so the request still ends with it:
             # the caller's latest words or, before they have spoken, the instructions

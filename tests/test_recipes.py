@@ -90,11 +90,18 @@ def test_a_recipe_copied_into_an_existing_agent_runs(name, tmp_path):
     shutil.copyfile(ROOT / "recipes" / f"{name}.py", project / "memory_agent.py")
     shutil.copyfile(TEMPLATE / "memory_backends" / "sqlite.py", project / "memory.py")
     shutil.copyfile(TEMPLATE / "tests" / "scripted_llm.py", project / "scripted_llm.py")
-    env = {k: v for k, v in os.environ.items() if k not in ("LIVEKIT_API_KEY", "LIVEKIT_API_SECRET")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LIVEKIT_API_KEY", "LIVEKIT_API_SECRET")
+    }
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, *args], cwd=project, env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
 
     calls = run("front_desk.py", str(project / "memory.db"))

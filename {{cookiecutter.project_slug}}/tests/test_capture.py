@@ -179,3 +179,29 @@ async def test_a_first_reply_that_arrives_before_its_transcript_is_kept(store):
         feed.message("assistant", "Good morning to you too!", id="a1", at=spoke + 1.0)
         feed.message("user", "Good morning!", id="u1", at=spoke)
     assert await saved(store) == [("Good morning!", "Good morning to you too!", False)]
+
+
+async def test_a_repeated_short_reply_still_moves_to_the_turn_it_answered(store):
+    async with call(store, CALLER, ScriptedLLM()) as (session, _):
+        feed = Feed(session)
+        t = feed.clock + 1
+        feed.message("user", "Is the shop open today?", id="u1", at=t)
+        feed.message("assistant", "Yes.", id="a1", at=t + 1)
+        feed.message("assistant", "Yes.", id="a2", at=t + 3)  # before its transcript
+        feed.message("user", "And on Sunday?", id="u2", at=t + 2)
+    assert await saved(store) == [
+        ("Is the shop open today?", "Yes.", False),
+        ("And on Sunday?", "Yes.", False),
+    ]
+
+
+async def test_replies_that_arrive_out_of_order_are_joined_in_time_order(store):
+    async with call(store, CALLER, ScriptedLLM()) as (session, _):
+        feed = Feed(session)
+        t = feed.clock + 1
+        feed.message("user", "What's on today?", id="u1", at=t)
+        feed.message("assistant", "Then lunch at one.", id="a2", at=t + 3)
+        feed.message("assistant", "First a call at ten.", id="a1", at=t + 2)
+    assert await saved(store) == [
+        ("What's on today?", "First a call at ten.\nThen lunch at one.", False)
+    ]
