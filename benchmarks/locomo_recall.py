@@ -293,10 +293,10 @@ class Bench:
                 super().__init__(*args, **kwargs)
                 self.waits: list[tuple[str, float]] = []
 
-            async def block_for(self, user_text: str) -> str | None:
+            async def block_for(self, user_text: str, **kwargs) -> str | None:
                 t0 = time.perf_counter()
                 try:
-                    return await super().block_for(user_text)
+                    return await super().block_for(user_text, **kwargs)
                 finally:
                     self.waits.append((user_text, time.perf_counter() - t0))
 

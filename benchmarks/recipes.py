@@ -86,10 +86,10 @@ def run_one(project: Path) -> dict:
         waits: list[float] = []
 
         class TimedCall(memory.CallMemory):
-            async def block_for(self, user_text: str):
+            async def block_for(self, user_text: str, **kwargs):
                 start = time.perf_counter()
                 try:
-                    return await super().block_for(user_text)
+                    return await super().block_for(user_text, **kwargs)
                 finally:
                     waits.append(time.perf_counter() - start)
 
