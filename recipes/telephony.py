@@ -12,9 +12,10 @@ once your own check has passed.
 
 What changes against agent.py: `on_enter` (consent check, greeting that asks), a
 `record_consent` tool, capture switched off until consent (`CallMemory.capturing`),
-and the entrypoint waits for a SIP participant. Recall is the same as agent.py's.
-Not covered: outbound calls (`create_sip_participant`); a call nobody answers never
-gets a SIP participant, so this entrypoint recalls and saves nothing for it.
+the entrypoint waits for a SIP participant, and it can place outbound calls: a
+dispatch with `{"dial": "+15550100200"}` in its metadata rings that number through
+`SIP_OUTBOUND_TRUNK_ID` (`dial`); a call nobody answers ends there, before any
+memory is read or written. Recall is the same as agent.py's.
 
 Copy it into your agent: put this file and memory.py next to your agent file, add
 `on_enter`, `record_consent` and `capturing = False` to your Agent, and look up the
@@ -30,7 +31,7 @@ import os
 from pathlib import Path
 
 from dotenv import load_dotenv
-from livekit import rtc
+from livekit import api, rtc
 from livekit.agents import (
     Agent,
     AgentServer,
@@ -70,6 +71,7 @@ live, a preference), save it with the remember tool.
 If you are told to ask for consent to remember the call, ask once, plainly, and
 record the answer with the record_consent tool before anything else."""
 CONSENT = "recording_consent"  # fact kind; value "yes" or "no"
+OUTBOUND_TRUNK_ID = os.getenv("SIP_OUTBOUND_TRUNK_ID", "")  # for dispatches that dial out
 
 
 class Assistant(Agent):
@@ -174,6 +176,26 @@ def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
             )
 
 
+async def dial(lkapi: api.LiveKitAPI, room_name: str, number: str) -> bool:
+    """Ring ``number`` into the room and wait until it is answered (True) or not:
+    no answer, busy, rejected or a bad number (False, logged). Never raises for a
+    failed call; LiveKit bounds the ringing time."""
+    try:
+        await lkapi.sip.create_sip_participant(
+            api.CreateSIPParticipantRequest(
+                room_name=room_name,
+                sip_trunk_id=OUTBOUND_TRUNK_ID,
+                sip_call_to=number,
+                participant_identity=f"sip_{number}",
+                wait_until_answered=True,
+            )
+        )
+    except api.ServerError as exc:
+        logger.info("outbound call to %s did not connect: %s", number, exc)
+        return False
+    return True
+
+
 def dispatch_metadata(job_metadata: str) -> dict:
     """The JSON object your dispatch put in the job metadata ({} if none or malformed).
     Keys read here: `caller_id` (whose memory to use) and `caller_identity` (which
@@ -217,6 +239,10 @@ async def entrypoint(ctx: JobContext) -> None:
     ctx.log_context_fields = {"room": ctx.room.name}
     dispatch = dispatch_metadata(ctx.job.metadata)
     await ctx.connect()
+    if number := dispatch.get("dial"):
+        if not await dial(ctx.api, ctx.room.name, number):
+            ctx.shutdown(reason="outbound call not answered")
+            return
     # The caller is the SIP participant (the dispatch may name it); a supervisor or
     # observer who joins from the web is never taken for the caller.
     participant = await ctx.wait_for_participant(

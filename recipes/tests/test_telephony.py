@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
+
 import pytest
 from livekit import rtc
 from livekit.rtc._proto import handle_pb2, participant_pb2
@@ -77,3 +80,71 @@ async def test_a_caller_who_agreed_before_is_captured_from_the_start(store):
         await session.run(user_input="My flight is on Friday.")
     assert [e.user_text for e in await store.exchanges(NUMBER)] == ["My flight is on Friday."]
     assert "ask whether" not in model.replies[0].items[-1].text_content
+
+
+# -- outbound calls --------------------------------------------------------------------
+# A fake of LiveKit's server API (Twirp over HTTP, as livekit-api speaks it), on
+# localhost: CreateSIPParticipant answers with the SIP participant when the number
+# picks up, and with a Twirp error carrying the SIP status when nobody answers.
+
+ANSWERS = "+15550100200"
+NO_ANSWER = "+15550100999"
+
+
+@pytest.fixture
+async def livekit_api():
+    from aiohttp import web
+    from livekit import api
+    from livekit.protocol import sip
+
+    dialed: list[sip.CreateSIPParticipantRequest] = []
+
+    async def create_sip_participant(request: web.Request) -> web.Response:
+        create = sip.CreateSIPParticipantRequest.FromString(await request.read())
+        dialed.append(create)
+        if create.sip_call_to == NO_ANSWER:
+            return web.json_response(
+                {
+                    "code": "deadline_exceeded",
+                    "msg": "no answer",
+                    "meta": {"sip_status_code": "480", "sip_status": "Temporarily Unavailable"},
+                },
+                status=408,
+            )
+        info = sip.SIPParticipantInfo(
+            participant_id="PA_1",
+            participant_identity=create.participant_identity,
+            room_name=create.room_name,
+            sip_call_id="SCL_1",
+        )
+        return web.Response(body=info.SerializeToString(), content_type="application/protobuf")
+
+    app = web.Application()
+    app.router.add_post("/twirp/livekit.SIP/CreateSIPParticipant", create_sip_participant)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    lkapi = api.LiveKitAPI(
+        f"http://127.0.0.1:{port}", "devkey", "devsecret-devsecret-devsecret-0000"
+    )
+    yield lkapi, dialed
+    await lkapi.aclose()
+    await runner.cleanup()
+
+
+async def test_an_outbound_call_that_is_answered_goes_ahead(livekit_api):
+    lkapi, dialed = livekit_api
+    assert await agent.dial(lkapi, "room-1", ANSWERS) is True
+    assert dialed[-1].sip_call_to == ANSWERS and dialed[-1].wait_until_answered
+
+
+async def test_an_outbound_call_nobody_answers_ends_before_memory_is_touched(livekit_api, caplog):
+    lkapi, dialed = livekit_api
+    with caplog.at_level(logging.INFO, logger="agent"):
+        assert await agent.dial(lkapi, "room-1", NO_ANSWER) is False
+    assert "did not connect" in caplog.text
+    # the entrypoint returns right after a False dial, before it builds CallMemory
+    source = inspect.getsource(agent.entrypoint)
+    assert source.index("await dial(") < source.index("memory.CallMemory(")
