@@ -114,3 +114,44 @@ def test_a_recipe_copied_into_an_existing_agent_runs(name, tmp_path):
     cli = run("memory_agent.py", "--help")
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert "start" in cli.stdout and "console" in cli.stdout
+
+
+def _definitions(path: Path) -> dict[str, str]:
+    """Source of each top-level function and each Assistant method, by name."""
+    import ast
+
+    source = path.read_text()
+    tree = ast.parse(source)
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[node.name] = ast.get_source_segment(source, node)
+        elif isinstance(node, ast.ClassDef) and node.name == "Assistant":
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[f"Assistant.{item.name}"] = ast.get_source_segment(source, item)
+    return found
+
+
+# The memory wiring every recipe copies from agent.py unchanged. A recipe is one
+# self-contained file, so these are copies on purpose; this keeps a fix to one from
+# leaving the others behind.
+SHARED = [
+    "start_capture",
+    "dispatch_metadata",
+    "caller_id_for",
+    "Assistant.llm_node",
+    "Assistant.remember",
+    "Assistant.on_exit",
+]
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_a_recipe_keeps_agent_pys_memory_wiring_where_it_has_it(name):
+    default = _definitions(TEMPLATE / "agent.py")
+    recipe = _definitions(ROOT / "recipes" / f"{name}.py")
+    for function in SHARED:
+        if function in recipe:
+            assert recipe[function] == default[function], (
+                f"{name}: {function} differs from agent.py"
+            )
