@@ -67,7 +67,8 @@ REALTIME_MODEL = "openai/gpt-realtime"
 TRANSCRIPTION_MODEL = "gpt-4o-mini-transcribe"  # the caller's words, for capture
 STT_MODEL = "deepgram/nova-3"  # unused here, as LLM_MODEL
 TTS_MODEL = "cartesia/sonic-3"  # unused here, as LLM_MODEL
-MEMORY_DB = os.getenv("MEMORY_DB", str(Path(__file__).with_name("memory.db")))
+# An empty MEMORY_DB (as `cp .env.example .env.local` leaves it) means the default too.
+MEMORY_DB = os.getenv("MEMORY_DB") or str(Path(__file__).with_name("memory.db"))
 
 INSTRUCTIONS = """\
 You are a friendly voice assistant who remembers the people who call you.

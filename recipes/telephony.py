@@ -59,7 +59,8 @@ AGENT_NAME = "memory-agent"
 LLM_MODEL = "openai/gpt-4.1-mini"
 STT_MODEL = "deepgram/nova-3"
 TTS_MODEL = "cartesia/sonic-3"
-MEMORY_DB = os.getenv("MEMORY_DB", str(Path(__file__).with_name("memory.db")))
+# An empty MEMORY_DB (as `cp .env.example .env.local` leaves it) means the default too.
+MEMORY_DB = os.getenv("MEMORY_DB") or str(Path(__file__).with_name("memory.db"))
 
 INSTRUCTIONS = """\
 You are a friendly voice assistant who remembers the people who call you.
@@ -145,7 +146,7 @@ class Assistant(Agent):
         Args:
             agreed: True if the caller said yes, False if they said no.
         """
-        saved = await self.call.remember(CONSENT, "yes" if agreed else "no")
+        saved = await self.call.remember(CONSENT, "yes" if agreed else "no", always=True)
         if not saved.startswith("Saved"):
             return saved  # not stored: keep capture off and say so
         self.call.capturing = agreed

@@ -54,7 +54,8 @@ AGENT_NAME = "memory-agent"
 LLM_MODEL = "openai/gpt-4.1-mini"
 STT_MODEL = "deepgram/nova-3"
 TTS_MODEL = "cartesia/sonic-3"
-MEMORY_DB = os.getenv("MEMORY_DB", str(Path(__file__).with_name("memory.db")))
+# An empty MEMORY_DB (as `cp .env.example .env.local` leaves it) means the default too.
+MEMORY_DB = os.getenv("MEMORY_DB") or str(Path(__file__).with_name("memory.db"))
 
 INSTRUCTIONS = """\
 You are a friendly voice assistant who remembers the people who call you.

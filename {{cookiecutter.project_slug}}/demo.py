@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import tempfile
 import textwrap
@@ -52,6 +53,13 @@ def model_for(script: list) -> llm.LLM:
     return ScriptedLLM(script)
 
 
+def assistant_for(call: memory.CallMemory, model: llm.LLM, profile: str | None):
+    # Built as this project's entrypoint builds it: some recipes take the profile.
+    if "profile" in inspect.signature(agent.Assistant).parameters:
+        return agent.Assistant(call, model=model, profile=profile)
+    return agent.Assistant(call, model=model)
+
+
 async def run_call(
     store: memory.SQLiteMemory, call_id: str, turns: list[str], script: list
 ) -> llm.LLM:
@@ -60,9 +68,13 @@ async def run_call(
     model = model_for(script)
     async with AgentSession(llm=model) as session:
         agent.start_capture(session, call)
-        await session.start(agent.Assistant(call, model=model))
-        if session.current_speech is not None:
-            await session.current_speech.wait_for_playout()
+        greeted = asyncio.Event()
+        session.on(
+            "conversation_item_added",
+            lambda ev: getattr(ev.item, "role", None) == "assistant" and greeted.set(),
+        )
+        await session.start(assistant_for(call, model, await call.block_for("")))
+        await asyncio.wait_for(greeted.wait(), 30)
         print_replies(session.history.items)  # the greeting
         for text in turns:
             print(f"  caller: {text}")
@@ -86,9 +98,19 @@ async def main(db: Path) -> None:
         f"model: {agent.LLM_MODEL} (live)" if live else "model: scripted stand-in (no LiveKit keys)"
     )
     print(f"memory file: {db}\n\n== call 1 ==")
+    call_one, script_one = CALL_ONE, SCRIPT_ONE
+    if hasattr(agent.Assistant, "record_consent"):
+        # This recipe asks before remembering anything: the caller says yes first.
+        call_one = ["Yes, you may remember this call.", *CALL_ONE]
+        script_one = [
+            SCRIPT_ONE[0],
+            ToolCall("record_consent", {"agreed": True}),
+            "Thank you.",
+            *SCRIPT_ONE[1:],
+        ]
     run = uuid.uuid4().hex[:8]  # call ids of this run, so runs on one --db differ
     store = memory.open_store(db)
-    await run_call(store, f"{run}-call-1", CALL_ONE, SCRIPT_ONE)
+    await run_call(store, f"{run}-call-1", call_one, script_one)
     print("\n== what call 1 saved ==")
     profile = await store.profile(CALLER)
     for fact in profile.facts:
@@ -105,8 +127,15 @@ async def main(db: Path) -> None:
     model = await run_call(store, f"{run}-call-2", CALL_TWO, SCRIPT_TWO)
     await store.close()
     if isinstance(model, ScriptedLLM):
-        print("\n== the memory block call 2's model received with the caller's question ==")
-        print(textwrap.indent(memory_blocks(model.requests[-1])[0], "  "))
+        request = model.replies[-1]
+        if blocks := memory_blocks(request):
+            print("\n== the memory block call 2's model received with the caller's question ==")
+            print(textwrap.indent(blocks[0], "  "))
+        else:
+            # recipes that recall by tool keep the profile in the instructions instead
+            print("\n== the memory call 2's model had: the profile in its instructions ==")
+            profile = request.items[0].text_content[len(agent.INSTRUCTIONS) :].strip()
+            print(textwrap.indent(profile, "  "))
 
 
 if __name__ == "__main__":

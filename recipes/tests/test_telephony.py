@@ -73,6 +73,24 @@ async def test_a_caller_who_said_no_is_not_asked_again_and_nothing_is_kept(store
     ]
 
 
+async def test_no_fact_is_kept_from_a_caller_who_said_no(store):
+    model = ScriptedLLM(
+        [
+            "Hello! May I remember this call?",
+            ToolCall("record_consent", {"agreed": False}),
+            "Okay.",
+            ToolCall("remember", {"kind": "home address", "value": "1 Placeholder Street"}),
+            "Noted.",
+        ]
+    )
+    async with call(store, NUMBER, model) as (session, _):
+        await session.run(user_input="No.")
+        await session.run(user_input="My address is 1 Placeholder Street.")
+    assert [(f.kind, f.value) for f in (await store.profile(NUMBER)).facts] == [
+        ("recording_consent", "no")
+    ]
+
+
 async def test_a_caller_who_agreed_before_is_captured_from_the_start(store):
     await store.remember(NUMBER, "recording_consent", "yes")
     model = ScriptedLLM(["Hello again!", "Noted."])

@@ -977,12 +977,16 @@ class CallMemory:
         """Exchanges accepted but not yet written (parked ones included)."""
         return len(self._pending) + len(self._parked)
 
-    async def remember(self, kind: str, value: str) -> str:
-        """Save a fact for the caller; returns a short sentence for the model (never raises)."""
+    async def remember(self, kind: str, value: str, *, always: bool = False) -> str:
+        """Save a fact for the caller; returns a short sentence for the model (never
+        raises). Refused while capture is off (the caller has not consented, or asked
+        to be forgotten), unless ``always`` (for the consent answer itself)."""
         if not self.enabled:
             return "Memory is off for this call, so this was not saved."
         if self._forgotten:
             return "Not saved: the caller asked not to be remembered in this call."
+        if not (self.capturing or always):
+            return "Not saved: this call is not being remembered."
         try:
             fact = await asyncio.wait_for(
                 self.store.remember(self.caller_id, kind, value),
