@@ -5,16 +5,20 @@ about my order"). The next call's greeting picks up where the last one ended, an
 every reply's memory block carries the latest summaries. The default agent saves a
 short extractive summary (the caller's first words); this one asks the model.
 
-What changes against agent.py: `summarize_call` (the prompt and the model call),
-set as `CallMemory.summarize` in `Assistant.__init__`; the greeting instructions; and
+What changes against agent.py: `summarize_call` (the prompt and the model call), set
+as `CallMemory.summarize` in `Assistant.__init__`; the greeting instructions; and
 the shutdown callback's time bound (`SUMMARY_TIMEOUT`). Bounded and safe: the
 exchanges are flushed first, the summary gets at most half of what is left of the
 bound, and a failed or late summary falls back to the extractive one, losing no
 exchange. Cost: one extra LLM request per call, after the caller has hung up.
 
-Copy it into your agent: put this file and memory.py next to your agent file, add
-`summarize_call` to your Agent and `call.summarize = ...` where you create it, and
-register `call.aclose(SUMMARY_TIMEOUT)` as a shutdown callback.
+Copy it into your agent: put this file and memory.py next to your agent file. Your
+agent needs agent.py's memory wiring: the store opened in `prewarm`, a
+`memory.CallMemory` per call given to the Agent as `self.call`, and
+`start_capture(session, call)` in the entrypoint. Then build your Agent on this
+file's `Assistant` (tests/test_recipes.py does exactly that), or copy
+`summarize_call`, the `call.summarize = ...` line and the shutdown callback with
+`SUMMARY_TIMEOUT` into your own Agent.
 
 Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
 (or `dev`, `start`).

@@ -4,14 +4,18 @@ When to use it: callers who say "just give me the short version", "slower please
 "tell me the answer first". Beside facts the agent may repeat ("your address is..."),
 it keeps notes on style that shape every reply and are never read back.
 
-What changes against agent.py: a `note_style` tool and two lines of instructions.
-A note is a fact whose kind starts with `memory.STYLE_PREFIX` ("style_length",
+What changes against agent.py: a `note_style` tool and two lines of instructions. A
+note is a fact whose kind starts with `memory.STYLE_PREFIX` ("style_length",
 "style_pace", ...), so a newer note on the same aspect replaces the old one, and
 `memory.format_block` shows notes in their own section, headed as guidance never to
 be mentioned, apart from the facts.
 
-Copy it into your agent: put this file and memory.py next to your agent file and
-add the `note_style` tool and the instruction lines to your Agent.
+Copy it into your agent: put this file and memory.py next to your agent file. Your
+agent needs agent.py's memory wiring: the store opened in `prewarm`, a
+`memory.CallMemory` per call given to the Agent as `self.call`, and
+`start_capture(session, call)` in the entrypoint. Then build your Agent on this
+file's `Assistant` (tests/test_recipes.py does exactly that), or copy the
+`note_style` tool and its instruction lines into your own Agent.
 
 Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
 (or `dev`, `start`).

@@ -2,18 +2,23 @@
 
 When to use it: any agent that keeps memory of people (privacy law gives callers the
 right to erasure; callers also just ask). "Forget my address", "delete everything
-you know about me", "don't remember this call" each work, after a spoken yes.
+you know about me", "don't remember this call" each work, after the caller confirms.
 
 What changes against agent.py: a `forget` tool and two lines of instructions. The
-tool will not act on the model's say-so: the first call only records the request
+tool cannot act in the same breath as the request: the first call only records it
 and returns the question to ask; a second call with confirmed=true acts only if the
-caller has spoken since. Forgetting deletes rows and their search-index entries
-(`memory.SQLiteMemory.forget`); "everything" and "this_call" also switch capture
-off for the rest of the call, so nothing said afterwards brings it back.
+caller has spoken since. Whether that answer was a yes is the model's judgement.
+Forgetting deletes rows and their search-index entries
+(`memory.SQLiteMemory.forget`); "everything" and "this_call" also switch capture off
+for the rest of the call, so nothing said afterwards brings it back.
 
-Copy it into your agent: put this file and memory.py next to your agent file and
-move the `forget` tool (with `_forget_request`) into your Agent, or use the whole
-file as agent.py.
+Copy it into your agent: put this file and memory.py next to your agent file. Your
+agent needs agent.py's memory wiring: the store opened in `prewarm`, a
+`memory.CallMemory` per call given to the Agent as `self.call`, and
+`start_capture(session, call)` in the entrypoint. Then build your Agent on this
+file's `Assistant` (tests/test_recipes.py does exactly that), or copy the `forget`
+tool, the two instruction lines and `self._forget_request = None` in `__init__` into
+your own Agent.
 
 Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
 (or `dev`, `start`).

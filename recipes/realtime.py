@@ -16,16 +16,20 @@ call `llm_node`, so agent.py's per-reply recall cannot work; what does:
   (never assistant-only memories). Providers deliver the caller's transcript after
   the reply it prompted; `CallMemory.capture` pairs them by when each began.
 
-What changes against agent.py: the model (`REALTIME_MODEL` with input transcription),
-no STT/TTS/VAD, an `Assistant` that takes the profile, no `llm_node`, a
-`recall_memory` tool, and the transcription check in `on_enter`.
+What changes against agent.py: the model (`REALTIME_MODEL` with input
+transcription), no STT/TTS/VAD, an `Assistant` that takes the profile, no
+`llm_node`, a `recall_memory` tool, and the transcription check in `on_enter`.
 Tested with a scripted realtime stand-in (the recipe's tests): profile in the
-instructions, the recall tool, capture from late transcripts, the missing-
-transcription guard. Not tested: a real provider's audio path.
+instructions, the recall tool, capture from late transcripts, the guard for missing
+transcription. Not tested: a real provider's audio path.
 
-Copy it into your agent: put this file and memory.py next to your agent file; build
-your Agent with the profile in its instructions, add the tools, and call
-`start_capture(session, call)` as `entrypoint` does.
+Copy it into your agent: put this file and memory.py next to your agent file. Your
+agent needs agent.py's memory wiring: the store opened in `prewarm`, a
+`memory.CallMemory` per call given to the Agent as `self.call`, and
+`start_capture(session, call)` in the entrypoint. Then build your Agent on this
+file's `Assistant` (tests/test_recipes.py does exactly that), or copy the `profile`
+argument, `on_enter`'s transcription check and the `recall_memory` tool into your
+own Agent.
 
 Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
 (or `dev`, `start`).

@@ -13,8 +13,13 @@ saves every turn as it happens (agent.py already does), so what the caller said
 before the crash is there. The reply being spoken at the crash is saved as far as
 LiveKit had added it; a reply never added is lost with the process.
 
-Copy it into your agent: put this file and memory.py next to your agent file, use
-the room sid as the call id, and build your Agent with `resumed_assistant`.
+Copy it into your agent: put this file and memory.py next to your agent file. Your
+agent needs agent.py's memory wiring: the store opened in `prewarm`, a
+`memory.CallMemory` per call given to the Agent as `self.call`, and
+`start_capture(session, call)` in the entrypoint. Then build your Agent on this
+file's `Assistant` (tests/test_recipes.py does exactly that), or copy
+`resumed_assistant`, the `history` argument, `on_enter` and the room-sid call id
+into your own Agent.
 
 Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
 (or `dev`, `start`).

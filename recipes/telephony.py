@@ -17,12 +17,17 @@ dispatch with `{"dial": "+15550100200"}` in its metadata rings that number throu
 `SIP_OUTBOUND_TRUNK_ID` (`dial`); a call nobody answers ends there, before any
 memory is read or written. Recall is the same as agent.py's.
 
-Copy it into your agent: put this file and memory.py next to your agent file, add
-`on_enter`, `record_consent` and `capturing = False` to your Agent, and look up the
-caller with `caller_id_for` as `entrypoint` does.
+Copy it into your agent: put this file and memory.py next to your agent file. Your
+agent needs agent.py's memory wiring: the store opened in `prewarm`, a
+`memory.CallMemory` per call given to the Agent as `self.call`, and
+`start_capture(session, call)` in the entrypoint. Then build your Agent on this
+file's `Assistant` (tests/test_recipes.py does exactly that), or copy `on_enter`,
+`record_consent`, `dial`, the consent instructions and `call.capturing = False` in
+`__init__` into your own Agent.
 
-Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
-(or `dev`, `start`).
+Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py dev` or
+`start`, and call it through your SIP trunk (`console` has no SIP participant, so the
+agent would wait for one).
 """
 
 import json

@@ -8,13 +8,16 @@ summaries) goes into the instructions once at call start, and the model calls
 What changes against agent.py: no `llm_node` override (no per-turn recall, no block
 in each request); `on_enter` puts the profile into the instructions before the
 greeting; a `recall_memory` tool. Capture, facts, caller id and the end-of-call
-flush are the same. Trade-off: the model must decide to look things up; a model
-that does not will answer without what it was told in earlier calls.
+flush are the same. Trade-off: the model must decide to look things up; a model that
+does not will answer without what it was told in earlier calls.
 
-Copy it into your agent: put this file and memory.py next to your agent file, keep
-the `recall_memory` and `remember` tools and `on_enter` of `Assistant` (or give your
-Agent a `call` attribute and these methods), and call `start_capture(session, call)`
-and `call.start()` in your entrypoint as `entrypoint` does below.
+Copy it into your agent: put this file and memory.py next to your agent file. Your
+agent needs agent.py's memory wiring: the store opened in `prewarm`, a
+`memory.CallMemory` per call given to the Agent as `self.call`, and
+`start_capture(session, call)` in the entrypoint. Then build your Agent on this
+file's `Assistant` (tests/test_recipes.py does exactly that), or copy its
+`on_enter`, the `recall_memory` and `remember` tools and the instructions into your
+own Agent.
 
 Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
 (or `dev`, `start`).
