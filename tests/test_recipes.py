@@ -140,6 +140,7 @@ SHARED = [
     "start_capture",
     "dispatch_metadata",
     "caller_id_for",
+    "caller_or_none",
     "Assistant.llm_node",
     "Assistant.remember",
     "Assistant.on_exit",

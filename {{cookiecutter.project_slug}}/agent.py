@@ -156,6 +156,16 @@ def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict) -> str:
     return memory.validate_caller_id(participant.identity)
 
 
+def caller_or_none(participant: rtc.RemoteParticipant, dispatch: dict) -> str | None:
+    """`caller_id_for`, or None with the reason in the log: a caller without a stable
+    id (anonymous web user, withheld number) gets the agent, just without memory."""
+    try:
+        return caller_id_for(participant, dispatch)
+    except memory.InvalidCallerId as exc:
+        logger.warning("memory is off for this call: %s", exc)
+        return None
+
+
 server = AgentServer()
 
 
@@ -177,11 +187,7 @@ async def entrypoint(ctx: JobContext) -> None:
     # standard participant to join (LiveKit's own rule for linking a session);
     # observers should join hidden, or be excluded by naming the caller.
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
-    try:
-        caller_id: str | None = caller_id_for(participant, dispatch)
-    except memory.InvalidCallerId as exc:
-        logger.warning("memory is off for this call: %s", exc)
-        caller_id = None
+    caller_id = caller_or_none(participant, dispatch)
 
     call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=ctx.job.id)
     call.start()  # preload facts and call summaries while the session starts

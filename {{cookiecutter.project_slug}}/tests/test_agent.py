@@ -389,6 +389,15 @@ def test_an_unusable_caller_id_is_refused_with_the_reason(who, metadata, reason)
         agent.caller_id_for(who, agent.dispatch_metadata(metadata))
 
 
+def test_a_caller_without_a_usable_id_gets_no_memory_and_the_log_says_why(caplog):
+    with caplog.at_level(logging.WARNING, logger="agent"):
+        assert agent.caller_or_none(participant("web user 7"), {}) is None
+    assert (
+        "memory is off for this call: caller id 'web user 7' has characters outside" in caplog.text
+    )
+    assert agent.caller_or_none(participant("alice"), {}) == "alice"
+
+
 @pytest.mark.parametrize("metadata", ["", "{not json", '["a list"]', "42", "null"])
 def test_missing_or_malformed_job_metadata_falls_back_to_the_identity(metadata):
     assert agent.dispatch_metadata(metadata) == {}
