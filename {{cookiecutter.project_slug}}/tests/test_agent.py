@@ -261,10 +261,10 @@ async def test_duplicate_item_events_save_once(store):
 
 async def test_an_interrupted_reply_is_saved_as_said_and_marked(store):
     long_reply = "one two three four five six seven eight nine ten eleven twelve"
-    model = ScriptedLLM(["Hi!", long_reply], chunk_delay=0.05)
+    model = ScriptedLLM(["Hi!", long_reply], chunk_delay=0.1)  # 1.2 s to say it all
     async with call(store, ALICE, model) as (session, _):
         run = session.run(user_input="Count to twelve for me.")
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.45)  # a few words in, far from the end
         await session.interrupt()
         await asyncio.wait_for(run, 5)
     (exchange,) = await store.exchanges(ALICE)

@@ -51,9 +51,11 @@ async def voice_call(store, model, assistant_cls=agent.Assistant):
     session = AgentSession(
         llm=model,
         stt=speech,
+        # the endpointing delay leaves a preemptive reply time to reach the model,
+        # even on a loaded machine
         turn_handling={
             "turn_detection": "stt",
-            "endpointing": {"min_delay": 0.1, "max_delay": 1.0},
+            "endpointing": {"min_delay": 0.3, "max_delay": 1.0},
         },
     )
     session.input.audio = SilentMicrophone()
@@ -82,11 +84,13 @@ async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(co
     model = ScriptedLLM(["Hello!"] + ["A table for Friday, by the window."] * 3)
     async with voice_call(counting_store, model) as (session, speech, replies, call):
         before, recalls = len(model.replies), counting_store.recalls
-        # The transcript firms up in steps; each preflight starts a preemptive reply.
+        # The transcript firms up in steps; each preflight starts a preemptive reply
+        # (0.2 s apart, so each reaches the model before the next supersedes it).
         await speech.say(
             "I'd like to book",
             "I'd like to book a table for Friday",
             "I'd like to book a table for Friday",
+            pause=0.2,
         )
         assert await asyncio.wait_for(replies.get(), 5) == "A table for Friday, by the window."
         requests = turn_requests(model, before)
@@ -105,7 +109,9 @@ async def test_a_final_text_seen_before_in_the_turn_is_recalled_from_the_cache(c
     async with voice_call(counting_store, model) as (session, speech, replies, call):
         recalls = counting_store.recalls
         # the transcript wavers back to an earlier text: its recall is reused
-        await speech.say("Book my usual table", "Book my usual table please", "Book my usual table")
+        await speech.say(
+            "Book my usual table", "Book my usual table please", "Book my usual table", pause=0.2
+        )
         await asyncio.wait_for(replies.get(), 5)
         assert counting_store.recalls - recalls == 2
 
