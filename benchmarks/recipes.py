@@ -52,7 +52,7 @@ def run_one(project: Path) -> dict:
     import agent
     import memory
     from livekit.agents import AgentSession
-    from tests.scripted_llm import ScriptedLLM, memory_blocks
+    from tests.scripted_llm import ScriptedLLM, first_reply, memory_blocks
 
     rng = random.Random(7)
 
@@ -99,11 +99,7 @@ def run_one(project: Path) -> dict:
         per_turn_wait: list[float] = []
         async with AgentSession(llm=model) as session:
             agent.start_capture(session, call)
-            greeted = asyncio.Event()
-            session.on(
-                "conversation_item_added",
-                lambda ev: getattr(ev.item, "role", None) == "assistant" and greeted.set(),
-            )
+            greeted = first_reply(session)
             # as each recipe's entrypoint builds it (realtime passes the profile in)
             takes_profile = "profile" in inspect.signature(agent.Assistant).parameters
             extra = {"profile": await call.block_for("")} if takes_profile else {}

@@ -45,7 +45,7 @@ from livekit.agents import AgentSession, RunContext, function_tool
 
 import memory
 import memory_agent
-from scripted_llm import ScriptedLLM
+from scripted_llm import ScriptedLLM, first_reply
 
 
 class FrontDesk(memory_agent.Assistant):
@@ -64,11 +64,7 @@ async def main(db: str) -> None:
         model = ScriptedLLM()
         async with AgentSession(llm=model) as session:
             memory_agent.start_capture(session, call)
-            greeted = asyncio.Event()
-            session.on(
-                "conversation_item_added",
-                lambda ev: getattr(ev.item, "role", None) == "assistant" and greeted.set(),
-            )
+            greeted = first_reply(session)
             await session.start(FrontDesk(call, model=model))
             await asyncio.wait_for(greeted.wait(), 10)  # the caller answers the greeting
             await session.run(user_input=text)

@@ -25,7 +25,7 @@ from livekit.agents import AgentSession, inference, llm
 
 import agent
 import memory
-from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
+from tests.scripted_llm import ScriptedLLM, ToolCall, first_reply, memory_blocks
 
 CALLER = "demo-caller"
 CALL_ONE = [
@@ -68,11 +68,7 @@ async def run_call(
     model = model_for(script)
     async with AgentSession(llm=model) as session:
         agent.start_capture(session, call)
-        greeted = asyncio.Event()
-        session.on(
-            "conversation_item_added",
-            lambda ev: getattr(ev.item, "role", None) == "assistant" and greeted.set(),
-        )
+        greeted = first_reply(session)
         await session.start(assistant_for(call, model, await call.block_for("")))
         await asyncio.wait_for(greeted.wait(), 30)
         print_replies(session.history.items)  # the greeting

@@ -12,7 +12,7 @@ from livekit.agents import AgentSession
 
 import agent
 import memory
-from tests.scripted_llm import ScriptedLLM
+from tests.scripted_llm import ScriptedLLM, first_reply
 
 
 @pytest.fixture
@@ -45,11 +45,7 @@ async def call(
     call_memory.start()
     async with AgentSession(llm=model) as session:
         agent.start_capture(session, call_memory)
-        greeted = asyncio.Event()
-        session.on(
-            "conversation_item_added",
-            lambda ev: ev.item.type == "message" and ev.item.role == "assistant" and greeted.set(),
-        )
+        greeted = first_reply(session)
         await session.start(agent.Assistant(call_memory, model=model))
         if greets:
             # the on_enter greeting: let it finish, as a caller would hear it first

@@ -130,3 +130,15 @@ def memory_blocks(chat_ctx: llm.ChatContext) -> list[str]:
         for i in chat_ctx.items
         if i.type == "message" and i.extra.get("memory_block")
     ]
+
+
+def first_reply(session) -> asyncio.Event:
+    """An event set when the agent's first reply (the on_enter greeting) is added to
+    the conversation. Register it before `session.start`, then wait on it, as a
+    caller hears the greeting before speaking."""
+    said = asyncio.Event()
+    session.on(
+        "conversation_item_added",
+        lambda ev: getattr(ev.item, "role", None) == "assistant" and said.set(),
+    )
+    return said
