@@ -1,6 +1,7 @@
 """Shape the generated project to the answers.
 
-Leaves exactly one backend (as memory.py) and one recipe (as agent.py), and writes
+Leaves exactly one backend (memory_backends/<name>/ placed next to memory.py and in
+tests/) and one recipe (as agent.py), and writes
 the chosen agent name and model strings into agent.py's settings block. Python
 files are copied without Jinja rendering (cookiecutter.json `_copy_without_render`),
 so agent.py stays the same file as in the kit; its settings are set here instead.
@@ -32,9 +33,16 @@ def fail(message: str) -> None:
 
 
 def place_backend(name: str) -> None:
-    backends = PROJECT / "memory_backends"
-    shutil.move(backends / f"{name}.py", PROJECT / "memory.py")
-    shutil.rmtree(backends)
+    """memory_backends/<name>/ holds the backend: <name>_store.py goes next to
+    memory.py; its tests and store_fixtures.py (how tests get a fresh store) go
+    into tests/."""
+    source = PROJECT / "memory_backends" / name
+    for path in sorted(source.glob("*.py")):
+        if path.name == f"{name}_store.py":
+            shutil.move(path, PROJECT / path.name)
+        else:
+            shutil.move(path, PROJECT / "tests" / path.name)
+    shutil.rmtree(PROJECT / "memory_backends")
 
 
 # Tests of the default agent that a recipe does not pass by design (its docstring

@@ -16,6 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 CHOICES = {
     k: v
     for k, v in json.loads((ROOT / "cookiecutter.json").read_text()).items()
@@ -45,8 +46,9 @@ def test_the_default_project_has_one_backend_as_memory_py_and_one_agent(cookies)
     project = result.project_path
     assert project.name == "memory-agent"
     files = sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
-    assert "agent.py" in files and "memory.py" in files
+    assert "agent.py" in files and "memory.py" in files and "sqlite_store.py" in files
     assert not (project / "memory_backends").exists()
+    assert "tests/test_sqlite_store.py" in files and "tests/store_fixtures.py" in files
     for name in (
         "pyproject.toml",
         ".env.example",
@@ -58,9 +60,25 @@ def test_the_default_project_has_one_backend_as_memory_py_and_one_agent(cookies)
     ):
         assert name in files
     # agent.py is the kit's own file, byte for byte, with only the settings set.
-    assert (project / "agent.py").read_text() == (
-        ROOT / "{{cookiecutter.project_slug}}" / "agent.py"
-    ).read_text()
+    assert (project / "agent.py").read_text() == (TEMPLATE / "agent.py").read_text()
+
+
+@pytest.mark.parametrize("backend", CHOICES["memory_backend"])
+def test_memory_py_is_the_same_file_for_every_backend(cookies, backend):
+    result = bake(cookies, memory_backend=backend)
+    assert result.exit_code == 0, result.exception
+    assert (result.project_path / "memory.py").read_bytes() == (TEMPLATE / "memory.py").read_bytes()
+    stores = sorted(p.name for p in result.project_path.glob("*_store.py"))
+    assert stores == [f"{backend}_store.py"]
+
+
+BACKEND_WORDS = re.compile(r"sqlite|postgres|supermemory|mem0|zep|MEMORY_DB", re.IGNORECASE)
+
+
+def test_agent_py_and_the_recipes_name_no_backend():
+    for path in [TEMPLATE / "agent.py", *sorted((ROOT / "recipes").glob("*.py"))]:
+        found = BACKEND_WORDS.findall(path.read_text())
+        assert not found, f"{path.name} names a backend: {sorted(set(found))}"
 
 
 @pytest.mark.parametrize("python_version", CHOICES["python_version"])

@@ -7,14 +7,15 @@ the model is a scripted stand-in (tests/scripted_llm.py) unless LIVEKIT_API_KEY 
 LIVEKIT_API_SECRET are set (in the environment or .env.local), in which case the
 real model from agent.py answers through LiveKit Inference.
 
-Options: --db PATH keeps the memory file (default: a temporary one, removed after).
+Options: --url MEMORY_URL keeps the memory there (default: a temporary SQLite file when
+this project's backend is SQLite, removed after; otherwise MEMORY_URL from the
+environment).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import os
 import tempfile
 import textwrap
@@ -53,30 +54,23 @@ def model_for(script: list) -> llm.LLM:
     return ScriptedLLM(script)
 
 
-def assistant_for(call: memory.CallMemory, model: llm.LLM, profile: str | None):
-    # Built as this project's entrypoint builds it: some recipes take the profile.
-    if "profile" in inspect.signature(agent.Assistant).parameters:
-        return agent.Assistant(call, model=model, profile=profile)
-    return agent.Assistant(call, model=model)
-
-
 async def run_call(
-    store: memory.SQLiteMemory, call_id: str, turns: list[str], script: list
+    store: memory.MemoryStore, call_id: str, turns: list[str], script: list
 ) -> llm.LLM:
-    call = memory.CallMemory(store, CALLER, call_id)
-    call.start()
     model = model_for(script)
     async with AgentSession(llm=model) as session:
-        agent.start_capture(session, call)
+        # built exactly as this project's entrypoint builds it
+        assistant = await agent.build_agent(session, store, CALLER, call_id, model=model)
+        call = assistant.call
         greeted = first_reply(session)
-        await session.start(assistant_for(call, model, await call.block_for("")))
+        await session.start(assistant)
         await asyncio.wait_for(greeted.wait(), 30)
         print_replies(session.history.items)  # the greeting
         for text in turns:
             print(f"  caller: {text}")
             result = await session.run(user_input=text)
             print_replies(event.item for event in result.events)
-    await call.aclose()  # what the job's shutdown callback does: flush, save the summary
+    await call.aclose("demo call ended")  # as the job's shutdown callback: flush, summary
     return model
 
 
@@ -88,12 +82,12 @@ def print_replies(items) -> None:
             print(f"  (tool)  {item.name}({item.arguments})")
 
 
-async def main(db: Path) -> None:
+async def main(url: str) -> None:
     live = bool(os.getenv("LIVEKIT_API_KEY") and os.getenv("LIVEKIT_API_SECRET"))
     print(
         f"model: {agent.LLM_MODEL} (live)" if live else "model: scripted stand-in (no LiveKit keys)"
     )
-    print(f"memory file: {db}\n\n== call 1 ==")
+    print(f"memory: {memory.redact_url(url)}\n\n== call 1 ==")
     call_one, script_one = CALL_ONE, SCRIPT_ONE
     if hasattr(agent.Assistant, "record_consent"):
         # This recipe asks before remembering anything: the caller says yes first.
@@ -104,8 +98,8 @@ async def main(db: Path) -> None:
             "Thank you.",
             *SCRIPT_ONE[1:],
         ]
-    run = uuid.uuid4().hex[:8]  # call ids of this run, so runs on one --db differ
-    store = memory.open_store(db)
+    run = uuid.uuid4().hex[:8]  # call ids of this run, so runs on one --url differ
+    store = memory.open_store(url)
     await run_call(store, f"{run}-call-1", call_one, script_one)
     print("\n== what call 1 saved ==")
     profile = await store.profile(CALLER)
@@ -119,7 +113,7 @@ async def main(db: Path) -> None:
     await store.close()
 
     print("\n== call 2 (new session, memory file opened again) ==")
-    store = memory.open_store(db)
+    store = memory.open_store(url)
     model = await run_call(store, f"{run}-call-2", CALL_TWO, SCRIPT_TWO)
     await store.close()
     if isinstance(model, ScriptedLLM):
@@ -136,10 +130,12 @@ async def main(db: Path) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, help="memory file to use and keep")
+    parser.add_argument("--url", help="MEMORY_URL to use and keep, e.g. sqlite:///demo.db")
     args = parser.parse_args()
-    if args.db:
-        asyncio.run(main(args.db))
+    url = args.url or os.getenv("MEMORY_URL")
+    if url:
+        asyncio.run(main(url))
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(main(Path(tmp) / "memory.db"))
+            # a throwaway SQLite file; with another backend, set MEMORY_URL or --url
+            asyncio.run(main(f"sqlite:///{Path(tmp) / 'memory.db'}"))

@@ -1,11 +1,11 @@
-"""Fixtures: a real SQLite memory file and calls driven through the real AgentSession."""
+"""Fixtures: a fresh store of this project's backend and calls driven through the real
+AgentSession, built by agent.build_agent exactly as the entrypoint builds them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from livekit.agents import AgentSession
@@ -13,23 +13,19 @@ from livekit.agents import AgentSession
 import agent
 import memory
 from tests.scripted_llm import ScriptedLLM, first_reply
+from tests.store_fixtures import store_url  # noqa: F401  (the backend's fixture)
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "memory.db"
-
-
-@pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[memory.SQLiteMemory]:
-    s = memory.open_store(db_path)
+async def store(store_url: str) -> AsyncIterator[memory.MemoryStore]:  # noqa: F811
+    s = memory.open_store(store_url)
     yield s
     await s.close()
 
 
 @contextlib.asynccontextmanager
 async def call(
-    store: memory.SQLiteMemory,
+    store: memory.MemoryStore,
     caller_id: str | None,
     model: ScriptedLLM,
     *,
@@ -37,20 +33,20 @@ async def call(
     greets: bool = True,
     **call_options,
 ) -> AsyncIterator[tuple[AgentSession, memory.CallMemory]]:
-    """One call, wired the way agent.py's entrypoint wires it: preload, capture on
-    conversation_item_added, the Assistant's llm_node for recall, flush at close.
-    The on_enter greeting takes the model's first reply; with ``greets`` (the
-    default) the call begins once it has been said."""
-    call_memory = memory.CallMemory(store, caller_id, call_id, **call_options)
-    call_memory.start()
+    """One call, built by agent.build_agent (preload, capture on
+    conversation_item_added, the Assistant's llm_node for recall); ``call_options``
+    set CallMemory attributes (e.g. ``recall_budget``). The on_enter greeting takes
+    the model's first reply; with ``greets`` (the default) the call begins once it
+    has been said. Leaving closes the session (Assistant.on_exit flushes), then ends
+    the call's memory as the job's shutdown callback does, with a reason."""
     async with AgentSession(llm=model) as session:
-        agent.start_capture(session, call_memory)
+        assistant = await agent.build_agent(session, store, caller_id, call_id, model=model)
+        for name, value in call_options.items():
+            setattr(assistant.call, name, value)
         greeted = first_reply(session)
-        await session.start(agent.Assistant(call_memory, model=model))
+        await session.start(assistant)
         if greets:
             # the on_enter greeting: let it finish, as a caller would hear it first
             await asyncio.wait_for(greeted.wait(), 10)
-        yield session, call_memory
-    # Leaving AgentSession closed it (Assistant.on_exit flushed); then, as the job's
-    # shutdown callback does, end the call's memory.
-    await call_memory.aclose()
+        yield session, assistant.call
+    await assistant.call.aclose("participant hung up")

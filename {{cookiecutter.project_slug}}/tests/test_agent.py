@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sqlite3
 
 import pytest
 from livekit import rtc
@@ -19,6 +18,7 @@ from livekit.rtc._proto import handle_pb2, participant_pb2
 import agent
 import memory
 from tests.conftest import call
+from tests.doubles import Counting, Failing, Slow
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
 
 ALICE = "alice@example.com"
@@ -44,14 +44,14 @@ def history_text(session) -> str:
     return "\n".join(i.text_content or "" for i in session.history.items if i.type == "message")
 
 
-async def test_call_two_hears_what_call_one_said(db_path):
-    first = memory.open_store(db_path)
+async def test_call_two_hears_what_call_one_said(store_url):
+    first = memory.open_store(store_url)
     async with call(first, ALICE, ScriptedLLM(["Hello!", "Lisbon is lovely."])) as (session, _):
         await say(session, "My sister Ana just moved to Lisbon.")
     await first.close()
 
     # A new process: the store is opened again from the same file.
-    second = memory.open_store(db_path)
+    second = memory.open_store(store_url)
     model = ScriptedLLM(["Welcome back!", "She lives in Lisbon."])
     async with call(second, ALICE, model, call_id="call-2") as (session, _):
         result = await say(session, "Where does my sister live now?")
@@ -65,7 +65,7 @@ async def test_call_two_hears_what_call_one_said(db_path):
 
 
 async def test_the_block_sits_just_before_the_callers_latest_words(store):
-    await store.remember(ALICE, "name", "Alice")
+    await store.remember(ALICE, memory.Fact.of("name", "Alice"))
     model = ScriptedLLM()
     async with call(store, ALICE, model) as (session, _):
         await say(session, "What's my name?")
@@ -93,7 +93,7 @@ async def test_a_new_caller_gets_the_one_sentence_nothing_known_block(store):
 
 
 async def test_the_greeting_uses_the_preloaded_profile(store):
-    await store.remember(ALICE, "name", "Alice")
+    await store.remember(ALICE, memory.Fact.of("name", "Alice"))
     model = ScriptedLLM(["Hi Alice!"])
     async with call(store, ALICE, model) as (session, _):
         await say(session, "Hi")
@@ -130,27 +130,10 @@ async def test_the_short_summary_is_the_callers_first_words(store):
     await call_memory.aclose()
 
 
-class SlowStore(memory.SQLiteMemory):
-    """The real store, except that recall waits until `gate` is set."""
-
-    gate: asyncio.Event
-
-    async def recall(self, *args, **kwargs):
-        await self.gate.wait()
-        return await super().recall(*args, **kwargs)
-
-
-class FailingStore(memory.SQLiteMemory):
-    """The real store, except that every recall fails as a locked database would."""
-
-    async def recall(self, *args, **kwargs):
-        raise sqlite3.OperationalError("database is locked")
-
-
-async def test_a_slow_store_still_gets_a_reply_without_memory(db_path):
-    store = SlowStore.open(db_path)
-    store.gate = asyncio.Event()  # never set during the call: recall hangs
-    await store.remember(ALICE, "name", "Alice")
+async def test_a_slow_store_still_gets_a_reply_without_memory(store):
+    gate = asyncio.Event()  # never set during the call: recall hangs
+    await store.remember(ALICE, memory.Fact.of("name", "Alice"))
+    store = Slow(store, "recall", gate=gate)
     model = ScriptedLLM(["Hi!", "Sure."])
     async with call(store, ALICE, model, recall_budget=0.05) as (session, _):
         result = await say(session, "What's my name?")
@@ -158,12 +141,11 @@ async def test_a_slow_store_still_gets_a_reply_without_memory(db_path):
     block = last_block(model)
     # The profile preloaded at call start is still used; the rest is said to be missing.
     assert "name: Alice" in block and memory.MEMORY_UNAVAILABLE in block
-    store.gate.set()
-    await store.close()
+    gate.set()
 
 
-async def test_a_failing_store_still_gets_a_reply_and_warns_once(db_path, caplog):
-    store = FailingStore.open(db_path)
+async def test_a_failing_store_still_gets_a_reply_and_warns_once(store, caplog):
+    store = Failing(store, "recall", "profile")
     model = ScriptedLLM()
     with caplog.at_level(logging.WARNING, logger="memory"):
         async with call(store, ALICE, model) as (session, _):
@@ -178,11 +160,10 @@ async def test_a_failing_store_still_gets_a_reply_and_warns_once(db_path, caplog
         "First question?",
         "Second question?",
     ]
-    await store.close()
 
 
 async def test_memory_never_enters_session_history_or_the_agent_context(store):
-    await store.remember(ALICE, "favourite colour", "green")
+    await store.remember(ALICE, memory.Fact.of("favourite colour", "green"))
     model = ScriptedLLM()
     async with call(store, ALICE, model) as (session, _):
         for n in range(5):
@@ -194,29 +175,21 @@ async def test_memory_never_enters_session_history_or_the_agent_context(store):
     assert all(len(memory_blocks(r)) == 1 for r in model.replies)
 
 
-async def test_a_tool_call_reply_recalls_once(db_path):
-    class CountingStore(memory.SQLiteMemory):
-        recalls = 0
-
-        async def recall(self, *args, **kwargs):
-            CountingStore.recalls += 1
-            return await super().recall(*args, **kwargs)
-
-    store = CountingStore.open(db_path)
+async def test_a_tool_call_reply_recalls_once(store):
+    store = Counting(store)
     model = ScriptedLLM(
         ["Hi!", ToolCall("remember", {"kind": "home city", "value": "Porto"}), "Got it."]
     )
     async with call(store, ALICE, model) as (session, _):
-        before = CountingStore.recalls
+        before = store.calls["recall"]
         result = await say(session, "I live in Porto now.")
         result.expect.next_event().is_function_call(name="remember")
         result.expect.next_event().is_function_call_output()
         result.expect.next_event().is_message(role="assistant")
-        assert CountingStore.recalls - before == 1
+        assert store.calls["recall"] - before == 1
     # both LLM steps of the turn saw exactly one block
     assert [len(memory_blocks(r)) for r in model.replies[1:]] == [1, 1]
     assert (await store.profile(ALICE)).facts[0].value == "Porto"
-    await store.close()
 
 
 async def test_remember_replaces_an_older_value_of_the_same_kind(store):
@@ -274,38 +247,28 @@ async def test_an_interrupted_reply_is_saved_as_said_and_marked(store):
     assert exchange.assistant_text != long_reply
 
 
-async def test_pending_saves_are_flushed_when_the_session_closes(db_path):
-    class SlowWrites(memory.SQLiteMemory):
-        async def save(self, exchange):
-            await asyncio.sleep(0.2)
-            await super().save(exchange)
-
-    store = SlowWrites.open(db_path)
+async def test_pending_saves_are_flushed_when_the_session_closes(store_url):
+    store = Slow(memory.open_store(store_url), "save", seconds=0.2)
     async with call(store, ALICE, ScriptedLLM()) as (session, call_memory):
         for n in range(3):
             await say(session, f"Note number {n}.")
         assert call_memory.pending > 0  # still writing when the caller hangs up
     assert call_memory.pending == 0
     await store.close()
-    reopened = memory.open_store(db_path)
+    reopened = memory.open_store(store_url)
     assert [e.user_text for e in await reopened.exchanges(ALICE)] == [
         f"Note number {n}." for n in range(3)
     ]
     await reopened.close()
 
 
-async def test_unsaved_exchanges_are_reported_not_silently_lost(db_path, caplog):
-    class BrokenWrites(memory.SQLiteMemory):
-        async def save(self, exchange):
-            raise sqlite3.OperationalError("disk I/O error")
-
-    store = BrokenWrites.open(db_path)
+async def test_unsaved_exchanges_are_reported_not_silently_lost(store, caplog):
+    store = Failing(store, "save", error=OSError("disk I/O error"))
     with caplog.at_level(logging.ERROR, logger="memory"):
         call_memory = memory.CallMemory(store, ALICE, "call-1")
         call_memory.capture("user", "item_1", "Please keep this.")
         assert await call_memory.aclose(timeout=0.5) == 1
-    assert any("Please keep this." in r.getMessage() for r in caplog.records)
-    await store.close()
+    assert any("1 exchange(s)" in r.getMessage() for r in caplog.records)
 
 
 async def test_without_a_caller_id_memory_is_off_and_the_agent_still_works(store):
@@ -319,7 +282,7 @@ async def test_without_a_caller_id_memory_is_off_and_the_agent_still_works(store
 
 async def test_the_block_is_capped_however_much_is_known(store):
     for n in range(40):
-        await store.remember(ALICE, f"detail {n}", "something long to remember " * 8)
+        await store.remember(ALICE, memory.Fact.of(f"detail {n}", "something long to remember " * 8))
     huge = "Tell me about the garden. " * 4000  # an oversized turn (~100k characters)
     model = ScriptedLLM()
     async with call(store, ALICE, model, max_block_chars=1500) as (session, _):

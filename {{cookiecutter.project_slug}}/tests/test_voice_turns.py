@@ -16,6 +16,7 @@ from livekit.agents import AgentSession, RunContext, function_tool
 
 import agent
 import memory
+from tests.doubles import Counting, Slow
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
 from tests.scripted_speech import ScriptedSTT, SilentMicrophone
 
@@ -23,30 +24,16 @@ CALLER = "caller-1"
 INVALIDATED = "preemptive generation invalidated"
 
 
-class CountingStore(memory.SQLiteMemory):
-    """The real store, counting the recalls it serves."""
-
-    recalls = 0
-
-    async def recall(self, *args, **kwargs):
-        self.recalls += 1
-        return await super().recall(*args, **kwargs)
-
-
 @pytest.fixture
-async def counting_store(db_path):
-    store = CountingStore.open(db_path)
-    await store.remember(CALLER, "usual table", "by the window")
-    yield store
-    await store.close()
+async def counting_store(store):
+    await store.remember(CALLER, memory.Fact.of("usual table", "by the window"))
+    return Counting(store)
 
 
 @contextlib.asynccontextmanager
-async def voice_call(store, model, assistant_cls=agent.Assistant):
+async def voice_call(store, model):
     """A spoken call: preemptive generation on (LiveKit's default), the turn ending
-    when the STT reports end of speech."""
-    call = memory.CallMemory(store, CALLER, "call-1")
-    call.start()
+    when the STT reports end of speech. The agent is built by agent.build_agent."""
     speech = ScriptedSTT()
     session = AgentSession(
         llm=model,
@@ -59,7 +46,8 @@ async def voice_call(store, model, assistant_cls=agent.Assistant):
         },
     )
     session.input.audio = SilentMicrophone()
-    agent.start_capture(session, call)
+    assistant = await agent.build_agent(session, store, CALLER, "call-1", model=model)
+    call = assistant.call
     replies: asyncio.Queue[str] = asyncio.Queue()
 
     @session.on("conversation_item_added")
@@ -67,7 +55,7 @@ async def voice_call(store, model, assistant_cls=agent.Assistant):
         if ev.item.type == "message" and ev.item.role == "assistant":
             replies.put_nowait(ev.item.text_content or "")
 
-    await session.start(assistant_cls(call, model=model))
+    await session.start(assistant)
     await asyncio.wait_for(replies.get(), 5)  # the greeting
     try:
         yield session, speech, replies, call
@@ -83,7 +71,7 @@ def turn_requests(model: ScriptedLLM, before: int) -> list:
 async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(counting_store):
     model = ScriptedLLM(["Hello!"] + ["A table for Friday, by the window."] * 3)
     async with voice_call(counting_store, model) as (session, speech, replies, call):
-        before, recalls = len(model.replies), counting_store.recalls
+        before, recalls = len(model.replies), counting_store.calls["recall"]
         # The transcript firms up in steps; each preflight starts a preemptive reply
         # (0.2 s apart, so each reaches the model before the next supersedes it).
         await speech.say(
@@ -96,7 +84,7 @@ async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(co
         requests = turn_requests(model, before)
         assert len(requests) == 2  # one per distinct preflight; the second was adopted
         assert all(len(memory_blocks(r)) == 1 for r in requests)
-        assert counting_store.recalls - recalls == 2  # one per distinct text
+        assert counting_store.calls["recall"] - recalls == 2  # one per distinct text
         # llm_node saved nothing: only the committed turn and the played reply are stored
     exchanges = await counting_store.exchanges(CALLER)
     assert [(e.user_text, e.assistant_text) for e in exchanges] == [
@@ -107,13 +95,13 @@ async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(co
 async def test_a_final_text_seen_before_in_the_turn_is_recalled_from_the_cache(counting_store):
     model = ScriptedLLM(["Hello!"] + ["Done."] * 3)
     async with voice_call(counting_store, model) as (session, speech, replies, call):
-        recalls = counting_store.recalls
+        recalls = counting_store.calls["recall"]
         # the transcript wavers back to an earlier text: its recall is reused
         await speech.say(
             "Book my usual table", "Book my usual table please", "Book my usual table", pause=0.2
         )
         await asyncio.wait_for(replies.get(), 5)
-        assert counting_store.recalls - recalls == 2
+        assert counting_store.calls["recall"] - recalls == 2
 
 
 async def test_a_memory_hit_costs_one_llm_request_per_turn(counting_store, caplog):
@@ -140,12 +128,15 @@ class HookInjectingAssistant(agent.Assistant):
             yield chunk
 
 
-async def test_injecting_in_on_user_turn_completed_costs_a_second_request(counting_store, caplog):
+async def test_injecting_in_on_user_turn_completed_costs_a_second_request(
+    counting_store, caplog, monkeypatch
+):
     # Why recall lives in llm_node: editing the turn in the hook throws away the
     # preemptive reply and LiveKit asks the model again (often both are billed).
     model = ScriptedLLM(["Hello!", "By the window.", "By the window."])
+    monkeypatch.setattr(agent, "Assistant", HookInjectingAssistant)  # what build_agent makes
     with caplog.at_level(logging.WARNING):
-        async with voice_call(counting_store, model, HookInjectingAssistant) as (
+        async with voice_call(counting_store, model) as (
             session,
             speech,
             replies,
@@ -225,9 +216,9 @@ def front_desk_script(chat_ctx) -> str | ToolCall:
 
 async def test_after_a_handoff_the_next_agent_keeps_the_caller_and_the_memory(counting_store):
     model = ScriptedLLM(front_desk_script)
-    call_memory = memory.CallMemory(counting_store, CALLER, "call-1")
     async with AgentSession(llm=model) as session:
-        agent.start_capture(session, call_memory)
+        front = await agent.build_agent(session, counting_store, CALLER, "call-1", model=model)
+        call_memory = front.call
         await session.start(Reception(call_memory, model=model))
         await session.current_speech.wait_for_playout()
         await session.run(user_input="I want to book, transfer me please.")
@@ -250,22 +241,22 @@ async def test_after_a_handoff_the_next_agent_keeps_the_caller_and_the_memory(co
     assert second == ["Your usual table is by the window."]
 
 
-async def test_a_hang_up_during_the_reply_keeps_the_callers_words(db_path):
-    store = memory.open_store(db_path)
+async def test_a_hang_up_during_the_reply_keeps_the_callers_words(store_url):
+    store = memory.open_store(store_url)
     model = ScriptedLLM(
         ["Hello!", "Thanks, I have updated your address to the new one."], chunk_delay=0.1
     )
-    call = memory.CallMemory(store, CALLER, "call-1")
     async with AgentSession(llm=model) as session:
-        agent.start_capture(session, call)
-        await session.start(agent.Assistant(call, model=model))
+        assistant = await agent.build_agent(session, store, CALLER, "call-1", model=model)
+        call = assistant.call
+        await session.start(assistant)
         await session.current_speech.wait_for_playout()
         session.run(user_input="My new address is 1 Placeholder Street.")
         await asyncio.sleep(0.5)
         # the caller hangs up: the session closes mid-reply, then the job shuts down
     assert await asyncio.wait_for(call.aclose(), memory.FLUSH_TIMEOUT + 1) == 0
     await store.close()
-    reopened = memory.open_store(db_path)
+    reopened = memory.open_store(store_url)
     (exchange,) = await reopened.exchanges(CALLER)
     assert exchange.user_text == "My new address is 1 Placeholder Street."
     if exchange.assistant_text:  # whatever was said before the hang-up, marked
@@ -274,12 +265,8 @@ async def test_a_hang_up_during_the_reply_keeps_the_callers_words(db_path):
     await reopened.close()
 
 
-async def test_a_store_that_never_answers_cannot_hold_the_job_past_the_flush_bound(db_path):
-    class StuckStore(memory.SQLiteMemory):
-        async def save(self, exchange):
-            await asyncio.Event().wait()
-
-    store = StuckStore.open(db_path)
+async def test_a_store_that_never_answers_cannot_hold_the_job_past_the_flush_bound(store):
+    store = Slow(store, "save", gate=asyncio.Event())  # never set
     call = memory.CallMemory(store, CALLER, "call-1")
     call.capture("user", "u1", "Please remember this.")
     # the bound sits below LiveKit's shutdown_process_timeout (10 s in 1.8.9)

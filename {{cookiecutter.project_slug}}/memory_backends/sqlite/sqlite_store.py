@@ -1,0 +1,503 @@
+"""The embedded memory store: one SQLite file on the worker machine (the default).
+
+``MEMORY_URL=sqlite:///memory.db`` (three slashes: a path relative to this project's
+folder; four for an absolute path, ``sqlite:////data/memory.db``). Exchanges,
+facts and call summaries, scoped by caller id; search is SQLite FTS5 with BM25
+ranking. Implements ``memory.MemoryStore``; memory.py has the types and rules.
+
+Every database call runs on a worker thread, never on the event loop: one thread
+for writes (SQLite allows one writer at a time anyway) and a few for reads, so one
+call's slow query never holds up another call's recall. WAL mode and a busy
+timeout make several worker processes (LiveKit runs each job in its own process)
+safe on one file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from memory import (
+    RECALL_EXCHANGES,
+    RECENT_SUMMARIES,
+    WRITE_TIMEOUT,
+    Exchange,
+    Fact,
+    InvalidStoreUrl,
+    Recall,
+    SchemaMismatch,
+    StoreUnavailable,
+    Summary,
+)
+
+T = TypeVar("T")
+
+DEFAULT_URL = "sqlite:///memory.db"
+"""memory.db in this project's folder (next to agent.py), wherever the worker starts."""
+
+BUSY_TIMEOUT = 2.0
+"""Seconds a save waits for another process's write lock before failing (it is
+retried by memory.ExchangeWriter)."""
+READERS = 4
+"""Reader threads per process: calls whose queries are slow (a cold disk) hold at
+most this many; other calls' recalls run on the rest."""
+
+# Function words that say nothing about what to look up. Dropping them keeps BM25
+# from ranking exchanges by how often they say "what" or "you".
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    few for from further had has have having he her here hers herself him himself his
+    how i if in into is it its itself just let me more most my myself no nor not now of
+    off on once only or other our ours ourselves out over own same she should so some
+    such than that the their theirs them themselves then there these they this those
+    through to too under until up very was we were what when where which while who whom
+    why will with would you your yours yourself yourselves tell told said say know
+    remember recall hey hi hello yes yeah okay ok oh um uh please thanks thank like
+    really also get got go going went one ever""".split()
+)
+MAX_QUERY_TERMS = 24
+
+
+def fts_query(text: str) -> str | None:
+    """Turn what the caller said into an FTS5 query: content words, each quoted,
+    joined by OR (so no word is ever read as FTS5 syntax). None when nothing is left
+    to search for."""
+    terms: list[str] = []
+    for word in re.findall(r"\w+", text.lower()):
+        if word in STOPWORDS or len(word) < 2 or word in terms:
+            continue
+        terms.append(word)
+        if len(terms) == MAX_QUERY_TERMS:
+            break
+    if not terms:
+        return None
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+# Each entry moves a file from version N to N+1; `PRAGMA user_version` holds N.
+# Append, never edit: files in the field are at every version.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE exchanges (
+        key            TEXT PRIMARY KEY,
+        caller_id      TEXT NOT NULL,
+        caller_key     TEXT NOT NULL,
+        call_id        TEXT NOT NULL,
+        user_text      TEXT NOT NULL,
+        assistant_text TEXT NOT NULL,
+        interrupted    INTEGER NOT NULL DEFAULT 0,
+        item_ids       TEXT NOT NULL,
+        created_at     REAL NOT NULL
+    );
+    CREATE INDEX exchanges_by_caller ON exchanges (caller_id, created_at);
+    -- External-content FTS5 index, kept in step by triggers, so deleting a row
+    -- also deletes its index entries. caller_key (a hash of the caller id, one
+    -- token) is indexed too: matching it narrows a search to one caller inside the
+    -- index, so search time does not grow with the number of callers.
+    CREATE VIRTUAL TABLE exchanges_fts USING fts5 (
+        caller_key, user_text, assistant_text,
+        content='exchanges', content_rowid='rowid',
+        tokenize='porter unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER exchanges_ai AFTER INSERT ON exchanges BEGIN
+        INSERT INTO exchanges_fts (rowid, caller_key, user_text, assistant_text)
+        VALUES (new.rowid, new.caller_key, new.user_text,
+                new.assistant_text);
+    END;
+    CREATE TRIGGER exchanges_ad AFTER DELETE ON exchanges BEGIN
+        INSERT INTO exchanges_fts (exchanges_fts, rowid, caller_key, user_text, assistant_text)
+        VALUES ('delete', old.rowid, old.caller_key,
+                old.user_text, old.assistant_text);
+    END;
+    CREATE TRIGGER exchanges_au AFTER UPDATE ON exchanges BEGIN
+        INSERT INTO exchanges_fts (exchanges_fts, rowid, caller_key, user_text, assistant_text)
+        VALUES ('delete', old.rowid, old.caller_key,
+                old.user_text, old.assistant_text);
+        INSERT INTO exchanges_fts (rowid, caller_key, user_text, assistant_text)
+        VALUES (new.rowid, new.caller_key, new.user_text,
+                new.assistant_text);
+    END;
+    CREATE TABLE facts (
+        caller_id  TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (caller_id, kind)
+    );
+    CREATE TABLE summaries (
+        caller_id  TEXT NOT NULL,
+        call_id    TEXT NOT NULL,
+        text       TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (caller_id, call_id)
+    );
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+TABLES = {"exchanges", "exchanges_fts", "facts", "summaries"}
+
+
+def open_store(url: str) -> SQLiteStore:
+    """Open (creating or migrating) the file a ``sqlite:`` URL names.
+
+    Synchronous: call it once per process, before any call starts. Raises
+    ``InvalidStoreUrl`` for a URL that names no file, ``SchemaMismatch`` for a file
+    from a newer version of this code or of another application, and
+    ``StoreUnavailable`` for a file that cannot be opened or written; each names
+    the path."""
+    return SQLiteStore.open(path_of(url))
+
+
+def path_of(url: str) -> Path:
+    """The file a ``sqlite:`` URL names: ``sqlite:///memory.db`` is relative to this
+    project's folder, ``sqlite:////abs/memory.db`` is absolute. Query strings are
+    not accepted (nothing here reads them)."""
+    parts = urlsplit(url)
+    if parts.scheme.split("+")[0] != "sqlite" or parts.netloc or parts.query or parts.fragment:
+        raise InvalidStoreUrl(
+            f"{url!r} is not a sqlite URL such as sqlite:///memory.db (relative to the "
+            "project folder) or sqlite:////data/memory.db (absolute)"
+        )
+    path = unquote(parts.path)[1:]  # the path after "sqlite:///"
+    if not path or path.endswith("/"):
+        raise InvalidStoreUrl(f"{url!r} names no file")
+    return Path(path) if Path(path).is_absolute() else Path(__file__).parent / path
+
+
+class SQLiteStore:
+    """The embedded store: one SQLite file, safe to share between worker processes.
+
+    Open it once per process (``open``) and share it between the calls that process
+    runs. See ``memory.MemoryStore`` for what each method promises. Raises
+    ``sqlite3.Error`` subclasses for database failures and ``StoreUnavailable`` once
+    closed.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = BUSY_TIMEOUT) -> None:
+        self.path = Path(path)
+        self._busy_timeout = busy_timeout
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="memory-write")
+        self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="memory-read")
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(cls, path: str | Path) -> SQLiteStore:
+        store = cls(path)
+        try:
+            store._migrate()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreUnavailable(f"cannot use {store.path} as the memory file: {exc}") from exc
+        return store
+
+    # Connections are per thread: sqlite3 objects must stay on the thread that made them.
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # check_same_thread=False only so close() can close it from another thread
+            # once the executors are shut down; the connection is used by one thread.
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.row_factory = sqlite3.Row
+            _set_wal(conn, self._busy_timeout)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _migrate(self) -> None:
+        conn = self._conn()
+        # BEGIN IMMEDIATE takes the write lock first, so two processes opening a new
+        # file at once migrate it once.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise SchemaMismatch(
+                    f"{self.path} has memory schema version {version}, newer than this "
+                    f"code's {SCHEMA_VERSION}; upgrade the agent before opening it"
+                )
+            for number in range(version, SCHEMA_VERSION):
+                for statement in _split_sql(MIGRATIONS[number]):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {number + 1}")
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            missing = TABLES - tables
+            if missing:
+                raise SchemaMismatch(
+                    f"{self.path} is not a memory file (schema version {version} but no "
+                    f"{', '.join(sorted(missing))} table); give MEMORY_URL a file of its own"
+                )
+            # a write now, so a read-only file fails here and not on the first call
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StoreUnavailable("the memory store is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
+
+    async def _write(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
+        """Run ``fn`` on the writer thread. With ``timeout``, it runs within that many
+        seconds or not at all (TimeoutError): it does not start late, and waits for
+        another process's lock only as long as is left."""
+        if self._closed:
+            raise StoreUnavailable("the memory store is closed")
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def run() -> T:
+            conn = self._conn()
+            if deadline is None:
+                return fn(conn, *args)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the write was not started in time; nothing was written")
+            conn.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
+            try:
+                return fn(conn, *args)
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
+
+    # -- writes --
+
+    async def save(self, exchange: Exchange) -> None:
+        await self._write(_save, exchange)
+
+    async def remember(self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT) -> Fact:
+        await self._write(_remember, caller_id, fact, timeout=timeout)
+        return fact
+
+    async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
+        await self._write(_save_summary, caller_id, call_id, text, time.time())
+
+    async def forget(
+        self,
+        caller_id: str,
+        *,
+        kind: str | None = None,
+        call_id: str | None = None,
+        timeout: float = WRITE_TIMEOUT,
+    ) -> int:
+        return await self._write(_forget, caller_id, kind, call_id, timeout=timeout)
+
+    # -- reads --
+
+    async def profile(self, caller_id: str) -> Recall:
+        return await self._read(self._recall, caller_id, "", None, 0)
+
+    async def recall(
+        self,
+        caller_id: str,
+        query: str,
+        *,
+        limit: int = RECALL_EXCHANGES,
+        exclude_call_id: str | None = None,
+    ) -> Recall:
+        return await self._read(self._recall, caller_id, query, exclude_call_id, limit)
+
+    def _recall(
+        self, caller_id: str, query: str, exclude_call_id: str | None, limit: int
+    ) -> Recall:
+        conn = self._conn()
+        facts = tuple(
+            Fact(r["kind"], r["value"], r["updated_at"])
+            for r in conn.execute(
+                "SELECT kind, value, updated_at FROM facts WHERE caller_id = ? "
+                "ORDER BY updated_at DESC",
+                (caller_id,),
+            )
+        )
+        summaries = tuple(
+            Summary(r["call_id"], r["text"], r["created_at"])
+            for r in conn.execute(
+                "SELECT call_id, text, created_at FROM summaries WHERE caller_id = ? "
+                "ORDER BY created_at DESC LIMIT ?",
+                (caller_id, RECENT_SUMMARIES),
+            )
+        )
+        exchanges: tuple[Exchange, ...] = ()
+        match = fts_query(query) if limit else None
+        if match:
+            rows = conn.execute(
+                """SELECT e.* FROM exchanges_fts f JOIN exchanges e ON e.rowid = f.rowid
+                   WHERE exchanges_fts MATCH ? AND e.caller_id = ? AND e.call_id IS NOT ?
+                   ORDER BY bm25(exchanges_fts, 0.0, 1.0, 1.0) LIMIT ?""",
+                (
+                    f"caller_key:{caller_key(caller_id)} AND ({match})",
+                    caller_id,
+                    exclude_call_id,
+                    limit,
+                ),
+            )
+            exchanges = tuple(_row_to_exchange(r) for r in rows)
+        return Recall(facts, summaries, exchanges)
+
+    async def exchanges(self, caller_id: str, *, call_id: str | None = None) -> list[Exchange]:
+        return await self._read(self._exchanges, caller_id, call_id)
+
+    def _exchanges(self, caller_id: str, call_id: str | None) -> list[Exchange]:
+        rows = self._conn().execute(
+            "SELECT * FROM exchanges WHERE caller_id = ? AND (? IS NULL OR call_id = ?) "
+            "ORDER BY created_at, rowid",
+            (caller_id, call_id, call_id),
+        )
+        return [_row_to_exchange(r) for r in rows]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        for executor in (self._writer, self._readers):
+            await loop.run_in_executor(None, executor.shutdown, True)
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+
+# -- SQL run on the writer thread ----------------------------------------------------
+
+
+def _save(conn: sqlite3.Connection, e: Exchange) -> None:
+    conn.execute(
+        """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
+                                  assistant_text, interrupted, item_ids, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (key) DO UPDATE SET
+               user_text = excluded.user_text,
+               assistant_text = excluded.assistant_text,
+               interrupted = excluded.interrupted,
+               item_ids = excluded.item_ids
+           WHERE user_text IS NOT excluded.user_text
+              OR assistant_text IS NOT excluded.assistant_text
+              OR interrupted IS NOT excluded.interrupted
+              OR item_ids IS NOT excluded.item_ids""",
+        (
+            e.key,
+            e.caller_id,
+            caller_key(e.caller_id),
+            e.call_id,
+            e.user_text,
+            e.assistant_text,
+            int(e.interrupted),
+            json.dumps(list(e.item_ids)),
+            e.created_at,
+        ),
+    )
+
+
+def _remember(conn: sqlite3.Connection, caller_id: str, f: Fact) -> None:
+    conn.execute(
+        """INSERT INTO facts (caller_id, kind, value, updated_at) VALUES (?, ?, ?, ?)
+           ON CONFLICT (caller_id, kind) DO UPDATE SET
+               value = excluded.value, updated_at = excluded.updated_at""",
+        (caller_id, f.kind, f.value, f.updated_at),
+    )
+
+
+def _save_summary(
+    conn: sqlite3.Connection, caller_id: str, call_id: str, text: str, at: float
+) -> None:
+    conn.execute(
+        """INSERT INTO summaries (caller_id, call_id, text, created_at) VALUES (?, ?, ?, ?)
+           ON CONFLICT (caller_id, call_id) DO UPDATE SET text = excluded.text""",
+        (caller_id, call_id, text, at),
+    )
+
+
+def _forget(
+    conn: sqlite3.Connection, caller_id: str, kind: str | None, call_id: str | None
+) -> int:
+    if kind is not None:
+        deletes: list[tuple[str, str, str | None]] = [("facts", "kind = ?", kind)]
+    elif call_id is not None:
+        deletes = [("summaries", "call_id = ?", call_id), ("exchanges", "call_id = ?", call_id)]
+    else:
+        deletes = [("facts", "1", None), ("summaries", "1", None), ("exchanges", "1", None)]
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        n = 0
+        for table, where, value in deletes:
+            args = (caller_id,) if value is None else (caller_id, value)
+            n += conn.execute(f"DELETE FROM {table} WHERE caller_id = ? AND {where}", args).rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return n
+
+
+def caller_key(caller_id: str) -> str:
+    """One FTS token per caller: 'k' + 20 hex digits of the id's SHA-256 (a caller
+    id's '@', '+' and '.' would otherwise split it into several tokens)."""
+    return "k" + hashlib.sha256(caller_id.encode()).hexdigest()[:20]
+
+
+def _row_to_exchange(r: sqlite3.Row) -> Exchange:
+    return Exchange(
+        key=r["key"],
+        caller_id=r["caller_id"],
+        call_id=r["call_id"],
+        user_text=r["user_text"],
+        assistant_text=r["assistant_text"],
+        interrupted=bool(r["interrupted"]),
+        item_ids=tuple(json.loads(r["item_ids"])),
+        created_at=r["created_at"],
+    )
+
+
+def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    # Switching a new file to WAL takes a lock the busy handler does not wait for, so
+    # worker processes starting together on a fresh file would see "database is
+    # locked" at once: wait out the other process's switch here.
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _split_sql(script: str) -> Iterable[str]:
+    # sqlite3.executescript() would COMMIT our open transaction; run statements one
+    # by one instead. complete_statement() knows that a trigger body's ';' is inside.
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        if line.strip().startswith("--"):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            yield buffer.strip()
+            buffer = ""
+    if buffer.strip():
+        yield buffer.strip()

@@ -1,0 +1,250 @@
+"""What only the SQLite backend does: one file, FTS5, schema versions, worker
+processes sharing the file, threads. The store contract (tests/test_store_contract.py)
+covers what every backend does."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+import memory
+import sqlite_store
+from tests.doubles import make_exchange
+
+ALICE = "alice@example.com"
+
+
+@pytest.fixture
+def db_path(store_url: str) -> Path:
+    return sqlite_store.path_of(store_url)
+
+
+async def test_recall_matches_other_word_forms(store):
+    await store.save(make_exchange(1, text="We went hiking in the Alps."))
+    recall = await store.recall(ALICE, "Do you remember where I hiked?")
+    assert [e.user_text for e in recall.exchanges] == ["We went hiking in the Alps."]
+
+
+async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
+    await store.save(make_exchange(1, text="what did you do"))
+    assert (await store.recall(ALICE, "what did you do?")).exchanges == ()
+    assert sqlite_store.fts_query("what did you ... do?") is None
+
+
+async def test_forgetting_everything_deletes_the_index_entries_too(store, db_path):
+    await store.save(make_exchange(1, text="my secret word is pineapple"))
+    await store.save(make_exchange(2, caller="bob", text="bob likes pineapple too"))
+    assert await store.forget(ALICE) == 1
+    conn = sqlite3.connect(db_path)
+    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
+    count = "SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH ?"
+    assert conn.execute(count, ("secret",)).fetchone()[0] == 0
+    assert conn.execute(count, ("pineapple",)).fetchone()[0] == 1  # bob's
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///memory.db", Path(sqlite_store.__file__).parent / "memory.db"),
+        ("sqlite:///data/m.db", Path(sqlite_store.__file__).parent / "data" / "m.db"),
+        ("sqlite:////var/lib/m.db", Path("/var/lib/m.db")),
+        ("sqlite:////tmp/with%20space.db", Path("/tmp/with space.db")),
+    ],
+)
+def test_a_sqlite_url_names_a_file_relative_to_the_project_or_absolute(url, path):
+    assert sqlite_store.path_of(url) == path
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///", "sqlite://host/memory.db", "sqlite:///m.db?mode=ro", "sqlite:///dir/"]
+)
+def test_a_sqlite_url_without_a_file_is_refused_by_name(url):
+    with pytest.raises(memory.InvalidStoreUrl, match="sqlite"):
+        memory.open_store(url)
+
+
+def test_the_default_url_is_memory_db_next_to_agent_py(monkeypatch, tmp_path):
+    monkeypatch.delenv("MEMORY_URL", raising=False)
+    monkeypatch.setattr(sqlite_store, "__file__", str(tmp_path / "sqlite_store.py"))
+    store = memory.open_store()
+    assert store.path == tmp_path / "memory.db" and store.path.exists()
+    asyncio.run(store.close())
+
+
+async def test_a_new_file_gets_the_current_schema_version(db_path, store_url):
+    store = memory.open_store(store_url)
+    await store.close()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_a_file_from_a_newer_version_is_refused_with_a_clear_error(db_path, store_url):
+    conn = sqlite3.connect(db_path)
+    conn.execute(f"PRAGMA user_version = {sqlite_store.SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(memory.SchemaMismatch, match="newer than this code"):
+        memory.open_store(store_url)
+
+
+def test_migrations_are_applied_in_order_from_an_older_file(db_path, store_url, monkeypatch):
+    monkeypatch.setattr(
+        sqlite_store, "MIGRATIONS", sqlite_store.MIGRATIONS + ["CREATE TABLE notes (x TEXT);"]
+    )
+    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", len(sqlite_store.MIGRATIONS))
+    conn = sqlite3.connect(db_path)
+    for statement in sqlite_store._split_sql(sqlite_store.MIGRATIONS[0]):
+        conn.execute(statement)
+    conn.execute("INSERT INTO facts VALUES ('a', 'name', 'Alice', 0)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    store = memory.open_store(store_url)
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("SELECT value FROM facts").fetchone()[0] == "Alice"
+    conn.execute("SELECT x FROM notes")
+    conn.close()
+    asyncio.run(store.close())
+
+
+def test_an_unusable_file_is_refused_with_its_path(tmp_path):
+    directory = tmp_path / "a-directory.db"
+    directory.mkdir()
+    not_a_db = tmp_path / "notes.db"
+    not_a_db.write_text("not a database " * 100)
+    other_app = tmp_path / "other.db"
+    conn = sqlite3.connect(other_app)
+    conn.execute("CREATE TABLE orders (id INTEGER)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    for path, error, reason in [
+        (directory, memory.StoreUnavailable, "unable to open"),
+        (not_a_db, memory.StoreUnavailable, "not a database"),
+        (other_app, memory.SchemaMismatch, "not a memory file"),
+    ]:
+        with pytest.raises(error, match=reason) as raised:
+            memory.open_store(f"sqlite:///{path}")
+        assert str(path) in str(raised.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write to read-only files")
+def test_a_read_only_file_is_refused_when_opened(db_path, store_url):
+    asyncio.run(memory.open_store(store_url).close())
+    db_path.chmod(0o444)
+    with pytest.raises(memory.StoreUnavailable, match=str(db_path)):
+        memory.open_store(store_url)
+
+
+def _write_from_process(url: str, worker: int, count: int) -> None:
+    async def main() -> None:
+        store = memory.open_store(url)
+        for n in range(count):
+            caller = f"caller-{n % 3}"
+            await store.save(
+                make_exchange(worker * 1000 + n, caller=caller, text=f"worker {worker} note {n}")
+            )
+            await store.remember(caller, memory.Fact.of(f"last worker {worker}", str(n)))
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_several_worker_processes_writing_one_file_lose_nothing(db_path, store_url):
+    # LiveKit runs each job in its own process; all of them share the memory file.
+    workers, count = 4, 40
+    ctx = multiprocessing.get_context("spawn")
+    processes = [
+        ctx.Process(target=_write_from_process, args=(store_url, w, count)) for w in range(workers)
+    ]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(120)
+    assert [p.exitcode for p in processes] == [0] * workers
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT count(*) FROM exchanges").fetchone()[0] == workers * count
+    assert conn.execute("SELECT count(*) FROM facts").fetchone()[0] == 3 * workers
+    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
+    conn.close()
+
+
+def _open_at_once(url: str, barrier) -> None:
+    barrier.wait()
+    store = memory.open_store(url)
+    asyncio.run(store.close())
+
+
+def test_worker_processes_starting_together_on_a_new_file_all_open_it(tmp_path):
+    # LiveKit starts one idle process per core at once; each prewarm opens the file.
+    ctx = multiprocessing.get_context("spawn")
+    for attempt in range(5):
+        url = f"sqlite:///{tmp_path / f'fresh-{attempt}.db'}"
+        barrier = ctx.Barrier(4)
+        processes = [ctx.Process(target=_open_at_once, args=(url, barrier)) for _ in range(4)]
+        for p in processes:
+            p.start()
+        for p in processes:
+            p.join(60)
+        assert [p.exitcode for p in processes] == [0, 0, 0, 0]
+
+
+async def test_database_work_runs_off_the_event_loop(store):
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await store._read(lambda: time.sleep(0.3))  # a slow disk: blocks the thread it runs on
+    task.cancel()
+    # the loop kept running while the query slept (it would be ~0 if blocked)
+    assert ticks >= 10
+
+
+async def test_a_stuck_query_in_one_call_leaves_another_calls_recall_within_budget(store):
+    # Measured before: with one reader thread, call A's 2 s query made call B's reply
+    # go out with "memory could not be read in time".
+    await store.remember(ALICE, memory.Fact.of("name", "Alice"))
+    stuck = asyncio.ensure_future(store._read(lambda: time.sleep(2)))  # call A's query
+    await asyncio.sleep(0.05)
+    call_b = memory.CallMemory(store, ALICE, "call-b")
+    block = await call_b.block_for("What is my name?", turn=1)
+    assert "name: Alice" in block and memory.MEMORY_UNAVAILABLE not in block
+    await call_b.aclose()
+    await stuck
+
+
+async def test_a_fact_reported_as_failed_is_never_written_later(store, db_path):
+    # Another process holds the write lock longer than the write may take.
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    call = memory.CallMemory(store, ALICE, "call-1")
+    try:
+        answer = await asyncio.wait_for(
+            store.remember(ALICE, memory.Fact.of("name", "Alice"), timeout=0.3), 5
+        )
+    except TimeoutError:
+        answer = None
+    except sqlite3.OperationalError:
+        answer = None
+    assert answer is None
+    told = await call.remember("home city", "Porto")  # the model's view of the same
+    assert told.startswith("Saving that failed")
+    blocker.execute("COMMIT")  # the lock frees: nothing queued may land now
+    await asyncio.sleep(0.3)
+    assert (await store.profile(ALICE)).facts == ()
+    blocker.close()
+    await call.aclose()

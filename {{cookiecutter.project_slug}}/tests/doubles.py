@@ -1,0 +1,230 @@
+"""Test doubles over the store interface (memory.MemoryStore), never over a backend.
+
+- ``InMemoryStore``: a whole store in dicts, for tests of the core that need no
+  database (it also runs the store contract suite, so it behaves like a real one);
+- wrappers around any store: ``Counting`` (counts calls), ``Slow`` (waits first),
+  ``Failing`` (raises, always, the first N times, or when a condition holds).
+
+A wrapper forwards every method of the interface to the store it wraps, so the same
+double works over SQLite, PostgreSQL or a hosted service's fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import memory
+
+METHODS = {
+    name
+    for name, value in vars(memory.MemoryStore).items()
+    if callable(value) and not name.startswith("_")
+}
+
+
+class InMemoryStore:
+    """memory.MemoryStore in dicts: exchanges ranked by how many query words they
+    share with the caller's words (a stand-in for full-text search)."""
+
+    def __init__(self) -> None:
+        self._exchanges: dict[str, memory.Exchange] = {}
+        self._facts: dict[tuple[str, str], memory.Fact] = {}
+        self._summaries: dict[tuple[str, str], memory.Summary] = {}
+        self.closed = False
+
+    def _check(self) -> None:
+        if self.closed:
+            raise memory.StoreUnavailable("the memory store is closed")
+
+    async def save(self, exchange: memory.Exchange) -> None:
+        self._check()
+        self._exchanges[exchange.key] = exchange
+
+    async def remember(
+        self, caller_id: str, fact: memory.Fact, *, timeout: float = memory.WRITE_TIMEOUT
+    ) -> memory.Fact:
+        self._check()
+        self._facts[(caller_id, fact.kind)] = fact
+        return fact
+
+    async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
+        self._check()
+        self._summaries[(caller_id, call_id)] = memory.Summary(call_id, text, time.time())
+
+    async def forget(
+        self,
+        caller_id: str,
+        *,
+        kind: str | None = None,
+        call_id: str | None = None,
+        timeout: float = memory.WRITE_TIMEOUT,
+    ) -> int:
+        self._check()
+        if kind is not None:
+            return 1 if self._facts.pop((caller_id, kind), None) else 0
+        gone = [k for k, e in self._exchanges.items() if e.caller_id == caller_id]
+        gone = [k for k in gone if call_id is None or self._exchanges[k].call_id == call_id]
+        summaries = [k for k in self._summaries if k[0] == caller_id]
+        summaries = [k for k in summaries if call_id is None or k[1] == call_id]
+        facts = [k for k in self._facts if k[0] == caller_id] if call_id is None else []
+        for k in gone:
+            del self._exchanges[k]
+        for s in summaries:
+            del self._summaries[s]
+        for f in facts:
+            del self._facts[f]
+        return len(gone) + len(summaries) + len(facts)
+
+    async def profile(self, caller_id: str) -> memory.Recall:
+        self._check()
+        facts = sorted(
+            (f for (c, _), f in self._facts.items() if c == caller_id),
+            key=lambda f: f.updated_at,
+            reverse=True,
+        )
+        summaries = sorted(
+            (s for (c, _), s in self._summaries.items() if c == caller_id),
+            key=lambda s: s.created_at,
+            reverse=True,
+        )[: memory.RECENT_SUMMARIES]
+        return memory.Recall(tuple(facts), tuple(summaries))
+
+    async def recall(
+        self,
+        caller_id: str,
+        query: str,
+        *,
+        limit: int = memory.RECALL_EXCHANGES,
+        exclude_call_id: str | None = None,
+    ) -> memory.Recall:
+        profile = await self.profile(caller_id)
+        words = {w for w in re.findall(r"\w+", query.lower()) if len(w) > 3}
+        scored = []
+        for e in self._exchanges.values():
+            if e.caller_id != caller_id or e.call_id == exclude_call_id:
+                continue
+            text = set(re.findall(r"\w+", f"{e.user_text} {e.assistant_text}".lower()))
+            if score := len(words & text):
+                scored.append((-score, e.created_at, e))
+        best = tuple(e for *_, e in sorted(scored, key=lambda s: s[:2])[:limit])
+        return memory.Recall(profile.facts, profile.summaries, best)
+
+    async def exchanges(
+        self, caller_id: str, *, call_id: str | None = None
+    ) -> list[memory.Exchange]:
+        self._check()
+        rows = [
+            e
+            for e in self._exchanges.values()
+            if e.caller_id == caller_id and (call_id is None or e.call_id == call_id)
+        ]
+        return sorted(rows, key=lambda e: e.created_at)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class StoreWrapper:
+    """Forwards every memory.MemoryStore method to ``inner`` through ``around``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in METHODS:
+            return attr
+
+        async def method(*args: Any, **kwargs: Any) -> Any:
+            return await self.around(name, attr, args, kwargs)
+
+        return method
+
+    async def around(self, name: str, method: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        return await method(*args, **kwargs)
+
+
+class Counting(StoreWrapper):
+    """Counts calls per method: ``store.calls["recall"]``."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    async def around(self, name, method, args, kwargs):
+        self.calls[name] += 1
+        return await method(*args, **kwargs)
+
+
+class Slow(StoreWrapper):
+    """Makes the named methods wait ``seconds``, or until ``gate`` is set (a gate never
+    set: a store that never answers)."""
+
+    def __init__(
+        self,
+        inner: Any,
+        *methods: str,
+        seconds: float = 0.0,
+        gate: asyncio.Event | None = None,
+    ) -> None:
+        super().__init__(inner)
+        self.methods, self.seconds, self.gate = set(methods), seconds, gate
+
+    async def around(self, name, method, args, kwargs):
+        if name in self.methods:
+            if self.gate is not None:
+                await self.gate.wait()
+            await asyncio.sleep(self.seconds)
+        return await method(*args, **kwargs)
+
+
+class Failing(StoreWrapper):
+    """Makes the named methods raise ``error``: always, the first ``times`` calls only
+    (a flaky store), or only for calls whose arguments ``when(*args)`` accepts."""
+
+    def __init__(
+        self,
+        inner: Any,
+        *methods: str,
+        error: Exception | None = None,
+        times: int | None = None,
+        when: Callable[..., bool] | None = None,
+    ) -> None:
+        super().__init__(inner)
+        self.methods = set(methods)
+        self.error = error or memory.StoreUnavailable("the store is down (test double)")
+        self.times, self.when = times, when
+        self.failed = 0
+
+    async def around(self, name, method, args, kwargs):
+        if name in self.methods and (self.when is None or self.when(*args)):
+            if self.times is None or self.failed < self.times:
+                self.failed += 1
+                raise self.error
+        return await method(*args, **kwargs)
+
+
+def make_exchange(
+    n: int,
+    caller: str = "alice@example.com",
+    text: str | None = None,
+    call_id: str = "call-1",
+    *,
+    reply: str = "ok",
+    at: float | None = None,
+) -> memory.Exchange:
+    """Exchange number ``n`` of a caller, keyed as CallMemory keys it."""
+    return memory.Exchange(
+        key=memory.exchange_key(caller, f"item_{n}"),
+        caller_id=caller,
+        call_id=call_id,
+        user_text=text or f"turn {n}",
+        assistant_text=reply,
+        item_ids=(f"item_{n}",),
+        created_at=time.time() + n * 1e-3 if at is None else at,
+    )

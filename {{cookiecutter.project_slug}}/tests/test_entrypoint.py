@@ -1,0 +1,97 @@
+"""The real entrypoint, prewarm and shutdown path, run by livekit-agents' own job
+machinery (tests/livekit_job.py: the console's mock room and text input, the thread
+job executor, the worker's shutdown calling every shutdown callback with its reason).
+Only the model provider is scripted. These tests build nothing by hand: whatever
+class and wiring agent.py's entrypoint uses is what runs."""
+
+from __future__ import annotations
+
+import pytest
+
+import memory
+from tests.livekit_job import run_job
+
+SCRIPT = ["Hello!", {"tool": "remember", "arguments": {"kind": "name", "value": "Maria"}}, "Nice to meet you, Maria.", "Noted.", "Bye!"]
+
+
+def blocks(request: list[list[str]]) -> list[str]:
+    return [text for role, text in request if role == "system" and text.startswith(
+        (memory.BLOCK_HEADER, memory.NOTHING_KNOWN, memory.MEMORY_UNAVAILABLE)
+    )]
+
+
+def assert_clean(job: dict) -> None:
+    assert job["returncode"] == 0, job["log"][-4000:]
+    for trouble in ("Traceback", "error while shutting down", "unhandled exception", "TypeError"):
+        assert trouble not in job["log"], job["log"][-4000:]
+
+
+async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hears_them(store_url):
+    first = run_job(
+        store_url,
+        ["Hi, I'm Maria.", "My sister Ana is vegetarian.", "Thanks, bye."],
+        identity="maria@example.com",
+        script=SCRIPT,
+        hang_up="participant hung up",
+    )
+    assert_clean(first)
+    store = memory.open_store(store_url)
+    saved = await store.exchanges("maria@example.com")
+    assert [(e.user_text, e.assistant_text) for e in saved] == [
+        ("Hi, I'm Maria.", "Nice to meet you, Maria."),
+        ("My sister Ana is vegetarian.", "Noted."),
+        ("Thanks, bye.", "Bye!"),
+    ]
+    profile = await store.profile("maria@example.com")
+    # The shutdown callback ran with LiveKit's reason argument and saved the summary.
+    assert [s.call_id for s in profile.summaries] == ["job-entrypoint-test"]
+    assert "My sister Ana is vegetarian." in profile.summaries[0].text
+    assert [(f.kind, f.value) for f in profile.facts] == [("name", "Maria")]
+    await store.close()
+
+    second = run_job(
+        store_url, ["What does my sister eat?"], identity="maria@example.com", script=["Hi Maria!"]
+    )
+    assert_clean(second)
+    greeting, answer = second["requests"][0], second["requests"][-1]
+    assert "name: Maria" in blocks(greeting)[0]
+    (block,) = blocks(answer)
+    assert "vegetarian" in block
+    assert answer[-1] == ["user", "What does my sister eat?"]
+
+
+async def test_a_sip_caller_is_remembered_by_their_number(store_url):
+    job = run_job(
+        store_url, ["Please call me back tomorrow."], identity="sip_caller", sip_number="+1 (555) 010-0200"
+    )
+    assert_clean(job)
+    store = memory.open_store(store_url)
+    assert [e.user_text for e in await store.exchanges("+15550100200")] == [
+        "Please call me back tomorrow."
+    ]
+    assert await store.exchanges("sip_caller") == []
+    await store.close()
+
+
+async def test_the_dispatch_metadata_names_the_caller(store_url):
+    job = run_job(
+        store_url, ["My order is 5521."], identity="web-session-9f3", metadata={"caller_id": "customer-42"}
+    )
+    assert_clean(job)
+    store = memory.open_store(store_url)
+    assert [e.user_text for e in await store.exchanges("customer-42")] == ["My order is 5521."]
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    ("identity", "metadata"),
+    [("web user 7", None), ("alice", {"caller_id": "x" * 500}), ("alice", {"caller_id": 42})],
+)
+async def test_a_caller_without_a_usable_id_still_gets_replies_without_memory(
+    store_url, identity, metadata
+):
+    job = run_job(store_url, ["Hello?"], identity=identity, metadata=metadata, script=["Hi!", "Yes?"])
+    assert_clean(job)
+    assert job["history"][-1] == ["assistant", "Yes?"]
+    assert all(blocks(r) == [] for r in job["requests"])
+    assert "memory is off for this call" in job["log"]

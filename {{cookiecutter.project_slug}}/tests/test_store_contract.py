@@ -1,0 +1,186 @@
+"""The store contract: what every backend promises (memory.MemoryStore), run unchanged
+against this project's backend (a fresh store from tests/store_fixtures.py) and
+against tests/doubles.InMemoryStore. A new backend passes this file first."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+import memory
+from tests.doubles import InMemoryStore, make_exchange
+
+ALICE = "alice@example.com"
+BOB = "+15550100200"
+
+
+@pytest.fixture(params=["backend", "in-memory"])
+async def any_store(request, store_url) -> AsyncIterator[memory.MemoryStore]:
+    s = memory.open_store(store_url) if request.param == "backend" else InMemoryStore()
+    yield s
+    await s.close()
+
+
+def fact(kind: str, value: str, at: float | None = None) -> memory.Fact:
+    return memory.Fact.of(kind, value, at)
+
+
+async def test_recall_ranks_the_exchange_that_matches_the_question_first(any_store):
+    await any_store.save(make_exchange(1, text="I'm training for the Berlin marathon in September."))
+    await any_store.save(make_exchange(2, text="My cat knocked over a plant today."))
+    await any_store.save(make_exchange(3, text="The weather is grey again."))
+    recall = await any_store.recall(ALICE, "Which marathon am I training for?")
+    assert recall.exchanges[0].user_text.startswith("I'm training for the Berlin marathon")
+    assert all("cat" not in e.user_text for e in recall.exchanges)
+
+
+async def test_recall_leaves_out_the_current_call(any_store):
+    await any_store.save(make_exchange(1, text="Paris trip planning", call_id="call-1"))
+    await any_store.save(make_exchange(2, text="Paris hotel booking", call_id="call-2"))
+    recall = await any_store.recall(ALICE, "Paris", exclude_call_id="call-2")
+    assert [e.call_id for e in recall.exchanges] == ["call-1"]
+
+
+async def test_recall_returns_at_most_limit_exchanges(any_store):
+    for n in range(12):
+        await any_store.save(make_exchange(n, text=f"Lisbon note number {n}"))
+    assert len((await any_store.recall(ALICE, "Lisbon", limit=5)).exchanges) == 5
+    assert (await any_store.recall(ALICE, "Lisbon", limit=0)).exchanges == ()
+
+
+async def test_a_caller_never_recalls_another_callers_rows(any_store):
+    await any_store.save(make_exchange(1, caller=BOB, text="my locker code is 4417"))
+    await any_store.remember(BOB, fact("locker", "4417"))
+    await any_store.save_summary(BOB, "call-9", "talked about the locker")
+    recall = await any_store.recall(ALICE, "locker code 4417")
+    assert recall.empty
+    assert await any_store.exchanges(ALICE) == []
+    assert (await any_store.profile(ALICE)).empty
+
+
+@pytest.mark.parametrize(
+    "question", ['"unbalanced', "NEAR(a b)", "a* OR -b", "x AND", "caller_key:k0", "%_'; --", ""]
+)
+async def test_search_syntax_in_what_the_caller_says_is_just_words(any_store, question):
+    await any_store.save(make_exchange(1, text="near the river bank"))
+    recall = await any_store.recall(ALICE, question)  # must not raise
+    assert all(e.caller_id == ALICE for e in recall.exchanges)
+
+
+async def test_saving_the_same_exchange_again_replaces_it(any_store):
+    first = make_exchange(1, text="my number is 5")
+    await any_store.save(first)
+    await any_store.save(first)
+    await any_store.save(memory.Exchange(**{**first.__dict__, "assistant_text": "noted, 5"}))
+    rows = await any_store.exchanges(ALICE)
+    assert [(e.user_text, e.assistant_text) for e in rows] == [("my number is 5", "noted, 5")]
+
+
+async def test_exchanges_keep_every_field_and_come_oldest_first(any_store):
+    late = memory.Exchange(
+        key="k2", caller_id=ALICE, call_id="c1", user_text="second", assistant_text="b",
+        interrupted=True, item_ids=("u2", "a2"), created_at=2000.5,
+    )
+    early = memory.Exchange(
+        key="k1", caller_id=ALICE, call_id="c1", user_text="first 🎉 ünïcode", created_at=1000.25,
+    )
+    await any_store.save(late)
+    await any_store.save(early)
+    assert await any_store.exchanges(ALICE) == [early, late]
+    assert await any_store.exchanges(ALICE, call_id="other") == []
+
+
+async def test_a_newer_fact_of_the_same_kind_replaces_the_old(any_store):
+    await any_store.remember(ALICE, fact("home city", "Lisbon", 1.0))
+    stored = await any_store.remember(ALICE, fact("Home City", "Porto", 2.0))
+    assert stored.kind == "home_city"
+    assert [(f.kind, f.value) for f in (await any_store.profile(ALICE)).facts] == [
+        ("home_city", "Porto")
+    ]
+
+
+async def test_facts_and_summaries_come_newest_first_and_summaries_are_limited(any_store):
+    await any_store.remember(ALICE, fact("name", "Alice", 1.0))
+    await any_store.remember(ALICE, fact("city", "Porto", 2.0))
+    for n in range(memory.RECENT_SUMMARIES + 2):
+        await any_store.save_summary(ALICE, f"call-{n}", f"summary {n}")
+        await asyncio.sleep(0.01)  # distinct times
+    profile = await any_store.profile(ALICE)
+    assert [f.kind for f in profile.facts] == ["city", "name"]
+    assert [s.text for s in profile.summaries] == [
+        f"summary {n}" for n in reversed(range(2, memory.RECENT_SUMMARIES + 2))
+    ]
+    assert profile.exchanges == ()
+
+
+async def test_saving_a_summary_of_the_same_call_again_replaces_it(any_store):
+    await any_store.save_summary(ALICE, "call-1", "first version")
+    await any_store.save_summary(ALICE, "call-1", "second version")
+    assert [s.text for s in (await any_store.profile(ALICE)).summaries] == ["second version"]
+
+
+async def test_forgetting_a_fact_deletes_only_that_fact(any_store):
+    await any_store.remember(ALICE, fact("home city", "Lisbon"))
+    await any_store.remember(ALICE, fact("name", "Alice"))
+    assert await any_store.forget(ALICE, kind="home_city") == 1
+    assert await any_store.forget(ALICE, kind="home_city") == 0
+    assert [f.kind for f in (await any_store.profile(ALICE)).facts] == ["name"]
+
+
+async def test_forgetting_one_call_keeps_the_others_and_the_facts(any_store):
+    await any_store.save(make_exchange(1, text="Paris trip", call_id="call-1"))
+    await any_store.save(make_exchange(2, text="Rome trip", call_id="call-2"))
+    await any_store.save_summary(ALICE, "call-1", "Paris")
+    await any_store.remember(ALICE, fact("name", "Alice"))
+    assert await any_store.forget(ALICE, call_id="call-1") == 2
+    assert [e.call_id for e in await any_store.exchanges(ALICE)] == ["call-2"]
+    profile = await any_store.profile(ALICE)
+    assert profile.summaries == () and [f.value for f in profile.facts] == ["Alice"]
+
+
+async def test_forgetting_everything_leaves_nothing_to_recall_and_other_callers_intact(any_store):
+    await any_store.save(make_exchange(1, text="my secret word is pineapple"))
+    await any_store.save(make_exchange(2, caller=BOB, text="bob likes pineapple too"))
+    await any_store.remember(ALICE, fact("name", "Alice"))
+    await any_store.save_summary(ALICE, "call-1", "talked about pineapple")
+    assert await any_store.forget(ALICE) == 3
+    assert (await any_store.recall(ALICE, "secret pineapple")).empty
+    assert await any_store.exchanges(ALICE) == []
+    assert [e.user_text for e in (await any_store.recall(BOB, "pineapple")).exchanges] == [
+        "bob likes pineapple too"
+    ]
+
+
+async def test_a_store_reopened_from_its_url_keeps_what_it_holds(store_url):
+    first = memory.open_store(store_url)
+    await first.remember(ALICE, fact("name", "Alice"))
+    await first.save(make_exchange(1, text="kept across processes"))
+    await first.close()
+    second = memory.open_store(store_url)
+    assert (await second.profile(ALICE)).facts[0].value == "Alice"
+    assert [e.user_text for e in await second.exchanges(ALICE)] == ["kept across processes"]
+    await second.close()
+
+
+async def test_a_closed_store_refuses_work_with_a_memory_error(store_url):
+    s = memory.open_store(store_url)
+    await s.close()
+    await s.close()  # idempotent
+    with pytest.raises(memory.MemoryStoreError):
+        await s.recall(ALICE, "anything")
+
+
+async def test_concurrent_saves_from_many_calls_lose_and_double_nothing(any_store):
+    callers = [f"caller-{n}" for n in range(5)]
+    await asyncio.gather(
+        *(
+            any_store.save(make_exchange(n, caller=c, text=f"{c} note {n}"))
+            for c in callers
+            for n in range(20)
+        ),
+        *(any_store.save(make_exchange(n, caller=c, text=f"{c} note {n}")) for c in callers for n in range(20)),
+    )
+    for c in callers:
+        assert len(await any_store.exchanges(c)) == 20
