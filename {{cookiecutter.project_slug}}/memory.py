@@ -313,9 +313,33 @@ class MemoryStore(Protocol):
         first: for export, for resuming a call, and for tests."""
         ...
 
+    async def summaries(self, caller_id: str) -> list[Summary]:
+        """Every call summary of the caller, newest first (for export)."""
+        ...
+
+    async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
+        """Caller ids that have anything stored, in ascending order, the first ``limit``
+        of those greater than ``after`` (page by passing the last one back)."""
+        ...
+
+    async def purge(self, *, before: float, what: str) -> int:
+        """Retention: delete every caller's ``what`` ("exchanges", "summaries" or
+        "facts") stored before ``before`` (seconds since the epoch; facts by
+        ``updated_at``), index entries included. Returns the number deleted. Raises
+        ValueError for another ``what``."""
+        ...
+
+    async def stats(self) -> dict[str, int]:
+        """Counts for operators: {"callers", "exchanges", "facts", "summaries"}."""
+        ...
+
     async def close(self) -> None:
         """Finish queued work and release connections. Idempotent."""
         ...
+
+
+PURGEABLE = ("exchanges", "summaries", "facts")
+"""What ``MemoryStore.purge`` can delete by age."""
 
 
 def open_store(url: str | None = None) -> MemoryStore:

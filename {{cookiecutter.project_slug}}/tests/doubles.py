@@ -125,6 +125,42 @@ class InMemoryStore:
         ]
         return sorted(rows, key=lambda e: e.created_at)
 
+    async def summaries(self, caller_id: str) -> list[memory.Summary]:
+        self._check()
+        found = [s for (c, _), s in self._summaries.items() if c == caller_id]
+        return sorted(found, key=lambda s: s.created_at, reverse=True)
+
+    async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
+        self._check()
+        ids = {e.caller_id for e in self._exchanges.values()}
+        ids |= {c for c, _ in self._facts} | {c for c, _ in self._summaries}
+        return sorted(c for c in ids if c > after)[:limit]
+
+    async def purge(self, *, before: float, what: str) -> int:
+        self._check()
+        if what not in memory.PURGEABLE:
+            raise ValueError(f"what must be one of {', '.join(memory.PURGEABLE)}")
+        table: dict[Any, Any] = {
+            "exchanges": self._exchanges, "summaries": self._summaries, "facts": self._facts
+        }[what]
+        old = [
+            k
+            for k, v in table.items()
+            if (v.updated_at if what == "facts" else v.created_at) < before
+        ]
+        for k in old:
+            del table[k]
+        return len(old)
+
+    async def stats(self) -> dict[str, int]:
+        self._check()
+        return {
+            "callers": len(await self.callers(limit=10**9)),
+            "exchanges": len(self._exchanges),
+            "facts": len(self._facts),
+            "summaries": len(self._summaries),
+        }
+
     async def close(self) -> None:
         self.closed = True
 

@@ -184,3 +184,47 @@ async def test_concurrent_saves_from_many_calls_lose_and_double_nothing(any_stor
     )
     for c in callers:
         assert len(await any_store.exchanges(c)) == 20
+
+
+async def test_every_summary_of_a_caller_comes_newest_first(any_store):
+    for n in range(memory.RECENT_SUMMARIES + 2):
+        await any_store.save_summary(ALICE, f"call-{n}", f"summary {n}")
+        await asyncio.sleep(0.01)
+    await any_store.save_summary(BOB, "call-b", "bob's")
+    assert [s.text for s in await any_store.summaries(ALICE)] == [
+        f"summary {n}" for n in reversed(range(memory.RECENT_SUMMARIES + 2))
+    ]
+
+
+async def test_callers_are_listed_in_pages(any_store):
+    await any_store.save(make_exchange(1, caller="c-1"))
+    await any_store.remember("c-2", fact("name", "Two"))
+    await any_store.save_summary("c-3", "call", "three")
+    await any_store.save(make_exchange(2, caller="c-1"))
+    assert await any_store.callers() == ["c-1", "c-2", "c-3"]
+    assert await any_store.callers(limit=2) == ["c-1", "c-2"]
+    assert await any_store.callers(after="c-2") == ["c-3"]
+
+
+async def test_purge_deletes_only_what_is_older_than_the_cutoff(any_store):
+    await any_store.save(make_exchange(1, text="old words about lanterns", at=1000.0))
+    await any_store.save(make_exchange(2, text="new words about lanterns", at=9e9))
+    await any_store.remember(ALICE, fact("old", "fact", 1000.0))
+    await any_store.remember(ALICE, fact("new", "fact"))
+    assert await any_store.purge(before=5000.0, what="exchanges") == 1
+    assert await any_store.purge(before=5000.0, what="facts") == 1
+    assert [e.user_text for e in await any_store.exchanges(ALICE)] == ["new words about lanterns"]
+    assert [e.user_text for e in (await any_store.recall(ALICE, "lanterns")).exchanges] == [
+        "new words about lanterns"
+    ]
+    assert [f.kind for f in (await any_store.profile(ALICE)).facts] == ["new"]
+    with pytest.raises(ValueError):
+        await any_store.purge(before=5000.0, what="everything")
+
+
+async def test_stats_count_what_is_stored(any_store):
+    await any_store.save(make_exchange(1))
+    await any_store.save(make_exchange(2, caller=BOB))
+    await any_store.remember(ALICE, fact("name", "Alice"))
+    await any_store.save_summary(BOB, "c", "s")
+    assert await any_store.stats() == {"callers": 2, "exchanges": 2, "facts": 1, "summaries": 1}

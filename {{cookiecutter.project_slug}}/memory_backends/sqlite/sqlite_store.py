@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from memory import (
+    PURGEABLE,
     RECALL_EXCHANGES,
     RECENT_SUMMARIES,
     WRITE_TIMEOUT,
@@ -369,6 +370,47 @@ class SQLiteStore:
         )
         return [_row_to_exchange(r) for r in rows]
 
+    async def summaries(self, caller_id: str) -> list[Summary]:
+        return await self._read(self._summaries, caller_id)
+
+    def _summaries(self, caller_id: str) -> list[Summary]:
+        rows = self._conn().execute(
+            "SELECT call_id, text, created_at FROM summaries WHERE caller_id = ? "
+            "ORDER BY created_at DESC",
+            (caller_id,),
+        )
+        return [Summary(r["call_id"], r["text"], r["created_at"]) for r in rows]
+
+    async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
+        return await self._read(self._callers, after, limit)
+
+    def _callers(self, after: str, limit: int) -> list[str]:
+        rows = self._conn().execute(
+            """SELECT caller_id FROM (
+                   SELECT caller_id FROM exchanges UNION SELECT caller_id FROM facts
+                   UNION SELECT caller_id FROM summaries)
+               WHERE caller_id > ? ORDER BY caller_id LIMIT ?""",
+            (after, limit),
+        )
+        return [r[0] for r in rows]
+
+    async def purge(self, *, before: float, what: str) -> int:
+        if what not in PURGEABLE:
+            raise ValueError(f"what must be one of {', '.join(PURGEABLE)}, not {what!r}")
+        return await self._write(_purge, what, before)
+
+    async def stats(self) -> dict[str, int]:
+        return await self._read(self._stats)
+
+    def _stats(self) -> dict[str, int]:
+        conn = self._conn()
+        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in PURGEABLE}
+        counts["callers"] = conn.execute(
+            """SELECT count(*) FROM (SELECT caller_id FROM exchanges UNION
+               SELECT caller_id FROM facts UNION SELECT caller_id FROM summaries)"""
+        ).fetchone()[0]
+        return counts
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -452,6 +494,11 @@ def _forget(
         conn.execute("ROLLBACK")
         raise
     return n
+
+
+def _purge(conn: sqlite3.Connection, what: str, before: float) -> int:
+    column = "updated_at" if what == "facts" else "created_at"
+    return conn.execute(f"DELETE FROM {what} WHERE {column} < ?", (before,)).rowcount
 
 
 def caller_key(caller_id: str) -> str:
