@@ -22,9 +22,18 @@ CHOICES = {
     for k, v in json.loads((ROOT / "cookiecutter.json").read_text()).items()
     if isinstance(v, list)
 }
+DEFAULT_BACKEND, DEFAULT_RECIPE = CHOICES["memory_backend"][0], CHOICES["recipe"][0]
+# Every choice is rendered and tested. The whole generated suite runs for every recipe
+# on the default backend and for every backend with the default agent; the other
+# backend x recipe pairs run what of the suite touches storage under that recipe (the
+# recipe's own tests and its real entrypoint), so every backend meets every recipe.
 COMBINATIONS = [
-    dict(zip(("memory_backend", "recipe"), combo, strict=True))
-    for combo in itertools.product(CHOICES["memory_backend"], CHOICES["recipe"])
+    {
+        "memory_backend": backend,
+        "recipe": recipe,
+        "suite": "all" if DEFAULT_BACKEND == backend or recipe == DEFAULT_RECIPE else "storage",
+    }
+    for backend, recipe in itertools.product(CHOICES["memory_backend"], CHOICES["recipe"])
 ]
 
 
@@ -183,12 +192,28 @@ def test_the_generated_dependencies_are_the_ones_this_environment_runs(cookies):
         )
 
 
-@pytest.mark.parametrize("answers", COMBINATIONS, ids=lambda a: "-".join(a.values()))
+def storage_tests(project: Path) -> list[str]:
+    """The generated tests that touch storage under this project's recipe: the
+    recipe's own tests and the real entrypoint's."""
+    tests = project / "tests"
+    return sorted(
+        str(p.relative_to(project))
+        for p in [*tests.glob("test_recipe_*.py"), *tests.glob("test_entrypoint*.py")]
+    )
+
+
+@pytest.mark.parametrize(
+    "answers", COMBINATIONS, ids=lambda a: f"{a['memory_backend']}-{a['recipe']}-{a['suite']}"
+)
 def test_every_choice_renders_and_its_own_tests_pass(cookies, answers):
+    suite = answers.pop("suite")
     result = bake(cookies, **answers)
     assert result.exit_code == 0, result.exception
+    selected = storage_tests(result.project_path) if suite == "storage" else []
+    assert suite == "all" or selected, "no storage tests for this recipe"
     tests = run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=result.project_path
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selected],
+        cwd=result.project_path,
     )
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
     assert re.search(r"\d+ passed", tests.stdout)

@@ -212,7 +212,7 @@ async def entrypoint(ctx: JobContext) -> None:
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     caller_id = caller_or_none(participant, dispatch)
 
-    session = AgentSession(
+    session: AgentSession = AgentSession(
         stt=inference.STT(model=STT_MODEL),
         tts=inference.TTS(model=TTS_MODEL),
         vad=ctx.proc.userdata["vad"],
@@ -221,9 +221,8 @@ async def entrypoint(ctx: JobContext) -> None:
     assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, ctx.job.id)
     # A hang-up closes the session and then the job; the job waits for shutdown
     # callbacks (up to shutdown_process_timeout), so the last writes land here.
-    # LiveKit passes a callback that takes an argument the shutdown reason (a str):
-    # CallMemory.aclose takes it as `reason`, its timeout is keyword-only.
-    ctx.add_shutdown_callback(assistant.call.aclose)
+    # LiveKit passes a callback that takes an argument the shutdown reason (a str).
+    ctx.add_shutdown_callback(assistant.call.on_shutdown)
     await session.start(
         agent=assistant,
         room=ctx.room,

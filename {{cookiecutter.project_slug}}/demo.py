@@ -22,7 +22,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from livekit.agents import AgentSession, inference, llm
+from livekit.agents import AgentSession, RunResult, inference, llm
 
 import agent
 import memory
@@ -68,7 +68,7 @@ async def run_call(
         print_replies(session.history.items)  # the greeting
         for text in turns:
             print(f"  caller: {text}")
-            result = await session.run(user_input=text)
+            result: RunResult = await session.run(user_input=text)
             print_replies(event.item for event in result.events)
     await call.aclose("demo call ended")  # as the job's shutdown callback: flush, summary
     return model
@@ -124,8 +124,9 @@ async def main(url: str) -> None:
         else:
             # recipes that recall by tool keep the profile in the instructions instead
             print("\n== the memory call 2's model had: the profile in its instructions ==")
-            profile = request.items[0].text_content[len(agent.INSTRUCTIONS) :].strip()
-            print(textwrap.indent(profile, "  "))
+            first = request.items[0]
+            said = first.text_content or "" if isinstance(first, llm.ChatMessage) else ""
+            print(textwrap.indent(said[len(agent.INSTRUCTIONS) :].strip(), "  "))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ Units: times are seconds, sizes are characters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
 import json
@@ -723,10 +724,8 @@ class ExchangeWriter:
         """Try the parked exchanges again and wait up to ``timeout`` seconds for every
         write; returns how many are still unsaved."""
         self.retry_parked()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.drain(), timeout)
-        except TimeoutError:
-            pass
         return self.unsaved
 
     def stop(self) -> None:
@@ -852,7 +851,9 @@ class CallMemory:
             task.add_done_callback(_consume_exception)
             if turn is not None:
                 # earlier turns' recalls are never asked for again
-                self._recall_tasks = {k: t for k, t in self._recall_tasks.items() if (k[0] or 0) >= turn}
+                self._recall_tasks = {
+                    k: t for k, t in self._recall_tasks.items() if (k[0] or 0) >= turn
+                }
                 self._recall_tasks[key] = task
         try:
             recall = await asyncio.wait_for(asyncio.shield(task), self.recall_budget)
@@ -1014,6 +1015,12 @@ class CallMemory:
                 task.cancel()
             self._closing = asyncio.create_task(self._close(reason, timeout), name="memory-close")
         return await asyncio.shield(self._closing)
+
+    async def on_shutdown(self, reason: str) -> None:
+        """For ``JobContext.add_shutdown_callback``: LiveKit calls a shutdown callback
+        that takes an argument with the shutdown reason (a str). Ends the call
+        (``aclose``) within ``FLUSH_TIMEOUT`` seconds; never raises."""
+        await self.aclose(reason)
 
     async def _close(self, reason: str, timeout: float) -> int:
         deadline = time.monotonic() + timeout

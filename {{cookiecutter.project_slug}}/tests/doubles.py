@@ -140,9 +140,12 @@ class InMemoryStore:
         self._check()
         if what not in memory.PURGEABLE:
             raise ValueError(f"what must be one of {', '.join(memory.PURGEABLE)}")
-        table: dict[Any, Any] = {
-            "exchanges": self._exchanges, "summaries": self._summaries, "facts": self._facts
-        }[what]
+        tables: dict[str, dict[Any, Any]] = {
+            "exchanges": self._exchanges,
+            "summaries": self._summaries,
+            "facts": self._facts,
+        }
+        table = tables[what]
         old = [
             k
             for k, v in table.items()
@@ -238,10 +241,10 @@ class Failing(StoreWrapper):
         self.failed = 0
 
     async def around(self, name, method, args, kwargs):
-        if name in self.methods and (self.when is None or self.when(*args)):
-            if self.times is None or self.failed < self.times:
-                self.failed += 1
-                raise self.error
+        wanted = name in self.methods and (self.when is None or self.when(*args))
+        if wanted and (self.times is None or self.failed < self.times):
+            self.failed += 1
+            raise self.error
         return await method(*args, **kwargs)
 
 

@@ -109,7 +109,7 @@ def _child(spec: dict[str, Any]) -> int:
         models_made.append(model)
         return model
 
-    agent.new_llm = scripted_llm  # the only stand-in: the paid model provider
+    agent.new_llm = scripted_llm  # the only stand-in: the model provider
 
     # The caller who joins the console's mock room.
     create = mock_room.create_mock_room
@@ -124,7 +124,7 @@ def _child(spec: dict[str, Any]) -> int:
             caller.attributes = {"sip.phoneNumber": spec["sip_number"]}
         return room
 
-    mock_room.create_mock_room = create_room
+    mock_room.create_mock_room = create_room  # type: ignore[assignment]
 
     # LiveKit's console, in text mode: the session's input is what is typed.
     console = _legacy.AgentsConsole.get_instance()
@@ -173,6 +173,7 @@ def _child(spec: dict[str, Any]) -> int:
                 await asyncio.sleep(0.02)
 
         await on_job_loop(greeted())
+
         async def typed(text: str) -> None:
             await session.run(user_input=text)  # what the console's text prompt does
 

@@ -137,8 +137,10 @@ def first_reply(session) -> asyncio.Event:
     the conversation. Register it before `session.start`, then wait on it, as a
     caller hears the greeting before speaking."""
     said = asyncio.Event()
-    session.on(
-        "conversation_item_added",
-        lambda ev: getattr(ev.item, "role", None) == "assistant" and said.set(),
-    )
+
+    def on_item(ev: Any) -> None:
+        if getattr(ev.item, "role", None) == "assistant":
+            said.set()
+
+    session.on("conversation_item_added", on_item)
     return said

@@ -15,6 +15,7 @@ import asyncio
 
 from livekit import rtc
 from livekit.agents import stt
+from livekit.agents.language import LanguageCode
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
 from livekit.agents.voice.io import AudioInput
 
@@ -66,5 +67,7 @@ class _ScriptedStream(stt.RecognizeStream):
             pass
 
     def send(self, kind: stt.SpeechEventType, text: str | None = None) -> None:
-        alternatives = [stt.SpeechData(language="en", text=text)] if text is not None else []
+        alternatives = (
+            [stt.SpeechData(language=LanguageCode("en"), text=text)] if text is not None else []
+        )
         self._event_ch.send_nowait(stt.SpeechEvent(type=kind, alternatives=alternatives))

@@ -220,7 +220,7 @@ async def test_a_bad_fact_comes_back_to_the_model_as_a_sentence(store):
 
 
 async def test_duplicate_item_events_save_once(store):
-    async with call(store, ALICE, ScriptedLLM(["Hi!", "Noted."])) as (session, call_memory):
+    async with call(store, ALICE, ScriptedLLM(["Hi!", "Noted."])) as (session, _call_memory):
         await say(session, "My flight is on Friday.")
         # LiveKit can report the same item again (reconnects, handoffs): replay them all.
         for item in [i for i in session.history.items if i.type == "message"]:
@@ -282,7 +282,9 @@ async def test_without_a_caller_id_memory_is_off_and_the_agent_still_works(store
 
 async def test_the_block_is_capped_however_much_is_known(store):
     for n in range(40):
-        await store.remember(ALICE, memory.Fact.of(f"detail {n}", "something long to remember " * 8))
+        await store.remember(
+            ALICE, memory.Fact.of(f"detail {n}", "something long to remember " * 8)
+        )
     huge = "Tell me about the garden. " * 4000  # an oversized turn (~100k characters)
     model = ScriptedLLM()
     async with call(store, ALICE, model, max_block_chars=1500) as (session, _):

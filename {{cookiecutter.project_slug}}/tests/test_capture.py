@@ -26,12 +26,18 @@ class Feed:
         self.session = session
         self.clock = time.time()
 
-    def item(self, item: llm.ChatItem) -> llm.ChatItem:
+    def item(self, item: llm.ChatMessage) -> llm.ChatMessage:
         self.session.emit("conversation_item_added", ConversationItemAddedEvent(item=item))
         return item
 
     def message(
-        self, role: str, content, *, id: str, interrupted: bool = False, at: float | None = None
+        self,
+        role: llm.ChatRole,
+        content,
+        *,
+        id: str,
+        interrupted: bool = False,
+        at: float | None = None,
     ):
         self.clock += 1.0
         return self.item(
@@ -137,7 +143,7 @@ async def test_a_reply_around_a_tool_call_is_one_exchange_without_tool_output(st
 
 
 async def test_the_greeting_is_not_saved_as_the_callers_memory(store):
-    async with call(store, CALLER, ScriptedLLM(["Hello, how can I help?"])) as (session, _):
+    async with call(store, CALLER, ScriptedLLM(["Hello, how can I help?"])) as (_session, _):
         await asyncio.sleep(0)
     assert await saved(store) == []
 
@@ -146,12 +152,14 @@ async def test_two_calls_in_one_process_keep_their_own_state(store):
     # Per-call state (open exchange, recall cache, caller) lives on CallMemory,
     # never at module level: two concurrent calls do not mix.
     model_a, model_b = ScriptedLLM(), ScriptedLLM()
-    async with call(store, "caller-a", model_a, call_id="a") as (session_a, _):
-        async with call(store, "caller-b", model_b, call_id="b") as (session_b, _):
-            await asyncio.gather(
-                session_a.run(user_input="Caller A talks about apples."),
-                session_b.run(user_input="Caller B talks about bicycles."),
-            )
+    async with (
+        call(store, "caller-a", model_a, call_id="a") as (session_a, _),
+        call(store, "caller-b", model_b, call_id="b") as (session_b, _),
+    ):
+        await asyncio.gather(
+            session_a.run(user_input="Caller A talks about apples."),
+            session_b.run(user_input="Caller B talks about bicycles."),
+        )
     assert await saved(store, "caller-a") == [("Caller A talks about apples.", "OK.", False)]
     assert await saved(store, "caller-b") == [("Caller B talks about bicycles.", "OK.", False)]
 

@@ -11,13 +11,22 @@ import pytest
 import memory
 from tests.livekit_job import run_job
 
-SCRIPT = ["Hello!", {"tool": "remember", "arguments": {"kind": "name", "value": "Maria"}}, "Nice to meet you, Maria.", "Noted.", "Bye!"]
+SCRIPT = [
+    "Hello!",
+    {"tool": "remember", "arguments": {"kind": "name", "value": "Maria"}},
+    "Nice to meet you, Maria.",
+    "Noted.",
+    "Bye!",
+]
 
 
 def blocks(request: list[list[str]]) -> list[str]:
-    return [text for role, text in request if role == "system" and text.startswith(
-        (memory.BLOCK_HEADER, memory.NOTHING_KNOWN, memory.MEMORY_UNAVAILABLE)
-    )]
+    return [
+        text
+        for role, text in request
+        if role == "system"
+        and text.startswith((memory.BLOCK_HEADER, memory.NOTHING_KNOWN, memory.MEMORY_UNAVAILABLE))
+    ]
 
 
 def assert_clean(job: dict) -> None:
@@ -62,7 +71,10 @@ async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hea
 
 async def test_a_sip_caller_is_remembered_by_their_number(store_url):
     job = run_job(
-        store_url, ["Please call me back tomorrow."], identity="sip_caller", sip_number="+1 (555) 010-0200"
+        store_url,
+        ["Please call me back tomorrow."],
+        identity="sip_caller",
+        sip_number="+1 (555) 010-0200",
     )
     assert_clean(job)
     store = memory.open_store(store_url)
@@ -75,7 +87,10 @@ async def test_a_sip_caller_is_remembered_by_their_number(store_url):
 
 async def test_the_dispatch_metadata_names_the_caller(store_url):
     job = run_job(
-        store_url, ["My order is 5521."], identity="web-session-9f3", metadata={"caller_id": "customer-42"}
+        store_url,
+        ["My order is 5521."],
+        identity="web-session-9f3",
+        metadata={"caller_id": "customer-42"},
     )
     assert_clean(job)
     store = memory.open_store(store_url)
@@ -90,7 +105,9 @@ async def test_the_dispatch_metadata_names_the_caller(store_url):
 async def test_a_caller_without_a_usable_id_still_gets_replies_without_memory(
     store_url, identity, metadata
 ):
-    job = run_job(store_url, ["Hello?"], identity=identity, metadata=metadata, script=["Hi!", "Yes?"])
+    job = run_job(
+        store_url, ["Hello?"], identity=identity, metadata=metadata, script=["Hi!", "Yes?"]
+    )
     assert_clean(job)
     assert job["history"][-1] == ["assistant", "Yes?"]
     assert all(blocks(r) == [] for r in job["requests"])

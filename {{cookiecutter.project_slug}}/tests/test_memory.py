@@ -59,7 +59,7 @@ def test_phone_numbers_are_normalised_to_e164(number, e164):
 
 @pytest.mark.parametrize("number", ["", "anonymous", "12345", "+0123456789", "+1234567890123456"])
 def test_unusable_phone_numbers_are_refused(number):
-    with pytest.raises(memory.InvalidCallerId, match="E.164"):
+    with pytest.raises(memory.InvalidCallerId, match=r"E\.164"):
         memory.normalise_phone_number(number)
 
 
@@ -286,7 +286,6 @@ def test_a_password_in_a_memory_url_never_reaches_an_error_message():
 def test_whitespace_around_a_caller_id_is_refused_not_trimmed(caller_id):
     with pytest.raises(memory.InvalidCallerId, match="characters outside"):
         memory.validate_caller_id(caller_id)
-
 
 
 def test_the_block_survives_odd_stored_values():

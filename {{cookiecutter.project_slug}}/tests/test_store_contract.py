@@ -28,7 +28,9 @@ def fact(kind: str, value: str, at: float | None = None) -> memory.Fact:
 
 
 async def test_recall_ranks_the_exchange_that_matches_the_question_first(any_store):
-    await any_store.save(make_exchange(1, text="I'm training for the Berlin marathon in September."))
+    await any_store.save(
+        make_exchange(1, text="I'm training for the Berlin marathon in September.")
+    )
     await any_store.save(make_exchange(2, text="My cat knocked over a plant today."))
     await any_store.save(make_exchange(3, text="The weather is grey again."))
     recall = await any_store.recall(ALICE, "Which marathon am I training for?")
@@ -80,11 +82,21 @@ async def test_saving_the_same_exchange_again_replaces_it(any_store):
 
 async def test_exchanges_keep_every_field_and_come_oldest_first(any_store):
     late = memory.Exchange(
-        key="k2", caller_id=ALICE, call_id="c1", user_text="second", assistant_text="b",
-        interrupted=True, item_ids=("u2", "a2"), created_at=2000.5,
+        key="k2",
+        caller_id=ALICE,
+        call_id="c1",
+        user_text="second",
+        assistant_text="b",
+        interrupted=True,
+        item_ids=("u2", "a2"),
+        created_at=2000.5,
     )
     early = memory.Exchange(
-        key="k1", caller_id=ALICE, call_id="c1", user_text="first 🎉 ünïcode", created_at=1000.25,
+        key="k1",
+        caller_id=ALICE,
+        call_id="c1",
+        user_text="first 🎉 ünïcode",
+        created_at=1000.25,
     )
     await any_store.save(late)
     await any_store.save(early)
@@ -180,7 +192,11 @@ async def test_concurrent_saves_from_many_calls_lose_and_double_nothing(any_stor
             for c in callers
             for n in range(20)
         ),
-        *(any_store.save(make_exchange(n, caller=c, text=f"{c} note {n}")) for c in callers for n in range(20)),
+        *(
+            any_store.save(make_exchange(n, caller=c, text=f"{c} note {n}"))
+            for c in callers
+            for n in range(20)
+        ),
     )
     for c in callers:
         assert len(await any_store.exchanges(c)) == 20

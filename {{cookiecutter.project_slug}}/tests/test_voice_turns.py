@@ -12,7 +12,7 @@ import contextlib
 import logging
 
 import pytest
-from livekit.agents import AgentSession, RunContext, function_tool
+from livekit.agents import AgentSession, RunContext, function_tool, llm
 
 import agent
 import memory
@@ -70,7 +70,7 @@ def turn_requests(model: ScriptedLLM, before: int) -> list:
 
 async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(counting_store):
     model = ScriptedLLM(["Hello!"] + ["A table for Friday, by the window."] * 3)
-    async with voice_call(counting_store, model) as (session, speech, replies, call):
+    async with voice_call(counting_store, model) as (_session, speech, replies, _call):
         before, recalls = len(model.replies), counting_store.calls["recall"]
         # The transcript firms up in steps; each preflight starts a preemptive reply
         # (0.2 s apart, so each reaches the model before the next supersedes it).
@@ -94,7 +94,7 @@ async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(co
 
 async def test_a_final_text_seen_before_in_the_turn_is_recalled_from_the_cache(counting_store):
     model = ScriptedLLM(["Hello!"] + ["Done."] * 3)
-    async with voice_call(counting_store, model) as (session, speech, replies, call):
+    async with voice_call(counting_store, model) as (_session, speech, replies, _call):
         recalls = counting_store.calls["recall"]
         # the transcript wavers back to an earlier text: its recall is reused
         await speech.say(
@@ -107,7 +107,7 @@ async def test_a_final_text_seen_before_in_the_turn_is_recalled_from_the_cache(c
 async def test_a_memory_hit_costs_one_llm_request_per_turn(counting_store, caplog):
     model = ScriptedLLM(["Hello!", "Your usual table is by the window."])
     with caplog.at_level(logging.WARNING):
-        async with voice_call(counting_store, model) as (session, speech, replies, call):
+        async with voice_call(counting_store, model) as (_session, speech, replies, _call):
             before = len(model.replies)
             await speech.say("Where is my usual table?", "Where is my usual table?")
             await asyncio.wait_for(replies.get(), 5)
@@ -137,10 +137,10 @@ async def test_injecting_in_on_user_turn_completed_costs_a_second_request(
     monkeypatch.setattr(agent, "Assistant", HookInjectingAssistant)  # what build_agent makes
     with caplog.at_level(logging.WARNING):
         async with voice_call(counting_store, model) as (
-            session,
+            _session,
             speech,
             replies,
-            call,
+            _call,
         ):
             before = len(model.replies)
             await speech.say("Where is my usual table?", "Where is my usual table?")
@@ -158,7 +158,7 @@ async def test_every_request_of_a_long_call_carries_exactly_one_block(counting_s
         else:
             script.append(f"Answer {n}.")
     model = ScriptedLLM(script)
-    async with voice_call(counting_store, model) as (session, speech, replies, call):
+    async with voice_call(counting_store, model) as (session, speech, replies, _call):
         for n in range(10):
             await speech.say(f"Question {n} about my usual table?")
             await asyncio.wait_for(replies.get(), 5)
@@ -189,7 +189,8 @@ class Reception(agent.Assistant):
     @function_tool
     async def transfer_to_bookings(self, context: RunContext):
         """Transfer the caller to the bookings desk."""
-        return Bookings(self.call, model=self.llm), "Transferring you to bookings."
+        model = self.llm if isinstance(self.llm, llm.LLM) else None
+        return Bookings(self.call, model=model), "Transferring you to bookings."
 
 
 class Bookings(agent.Assistant):

@@ -55,8 +55,7 @@ most this many; other calls' recalls run on the rest."""
 
 # Function words that say nothing about what to look up. Dropping them keeps BM25
 # from ranking exchanges by how often they say "what" or "you".
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been
+_STOPWORDS_TEXT = """a about above after again against all am an and any are as at be because been
     before being below between both but by can could did do does doing down during each
     few for from further had has have having he her here hers herself him himself his
     how i if in into is it its itself just let me more most my myself no nor not now of
@@ -65,8 +64,8 @@ STOPWORDS = frozenset(
     through to too under until up very was we were what when where which while who whom
     why will with would you your yours yourself yourselves tell told said say know
     remember recall hey hi hello yes yeah okay ok oh um uh please thanks thank like
-    really also get got go going went one ever""".split()
-)
+    really also get got go going went one ever"""
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 MAX_QUERY_TERMS = 24
 
 
@@ -474,9 +473,7 @@ def _save_summary(
     )
 
 
-def _forget(
-    conn: sqlite3.Connection, caller_id: str, kind: str | None, call_id: str | None
-) -> int:
+def _forget(conn: sqlite3.Connection, caller_id: str, kind: str | None, call_id: str | None) -> int:
     if kind is not None:
         deletes: list[tuple[str, str, str | None]] = [("facts", "kind = ?", kind)]
     elif call_id is not None:

@@ -63,7 +63,14 @@ def test_a_sqlite_url_names_a_file_relative_to_the_project_or_absolute(url, path
 
 
 @pytest.mark.parametrize(
-    "url", ["sqlite://", "sqlite:///", "sqlite://host/memory.db", "sqlite:///m.db?mode=ro", "sqlite:///dir/"]
+    "url",
+    [
+        "sqlite://",
+        "sqlite:///",
+        "sqlite://host/memory.db",
+        "sqlite:///m.db?mode=ro",
+        "sqlite:///dir/",
+    ],
 )
 def test_a_sqlite_url_without_a_file_is_refused_by_name(url):
     with pytest.raises(memory.InvalidStoreUrl, match="sqlite"):
@@ -97,7 +104,7 @@ def test_a_file_from_a_newer_version_is_refused_with_a_clear_error(db_path, stor
 
 def test_migrations_are_applied_in_order_from_an_older_file(db_path, store_url, monkeypatch):
     monkeypatch.setattr(
-        sqlite_store, "MIGRATIONS", sqlite_store.MIGRATIONS + ["CREATE TABLE notes (x TEXT);"]
+        sqlite_store, "MIGRATIONS", [*sqlite_store.MIGRATIONS, "CREATE TABLE notes (x TEXT);"]
     )
     monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", len(sqlite_store.MIGRATIONS))
     conn = sqlite3.connect(db_path)
