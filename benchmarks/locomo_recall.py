@@ -35,10 +35,12 @@ Replay rules (each is a choice; see README):
   The agent does not save greetings, so evidence only in such a turn is lost; the
   benchmark counts it.
 - A turn that shared a photo is fed as ``text + " [shares a photo: CAPTION]"``.
-- Every call is wired like agent.py's entrypoint and tests/conftest.py: CallMemory
-  preload, capture, the Assistant's llm_node recall, the greeting played out, and
-  CallMemory.aclose after the session closes. Question calls have no capture, so no
-  question is written to the store and each one sees exactly the replayed conversation.
+- Every call is built by the generated ``agent.build_agent``, as agent.py's entrypoint
+  and tests/conftest.py build it: CallMemory preload, capture, the Assistant's llm_node
+  recall; then the greeting played out, and CallMemory.aclose (with a reason, as
+  LiveKit calls the shutdown callback) after the session closes. Question calls switch
+  capture off (``CallMemory.capturing = False``), so no question is written to the
+  store and each one sees exactly the replayed conversation.
 - Between calls, outside every timed region, the benchmark collects cyclic garbage
   (see collect_call_garbage).
 
@@ -284,26 +286,33 @@ class Bench:
         self.max_block_chars = (
             max_block_chars if max_block_chars is not None else memory.MAX_BLOCK_CHARS
         )
+        if self.max_block_chars < memory.MIN_BLOCK_CHARS:
+            raise SystemExit(f"--max-block-chars must be at least {memory.MIN_BLOCK_CHARS}")
 
-        class TimedCallMemory(memory.CallMemory):
-            """CallMemory that records how long each block_for was awaited (the time the
-            agent's llm_node waits for the block)."""
+    def store_url(self, sample_id: str) -> str:
+        """One SQLite file per conversation (the default backend), as a MEMORY_URL."""
+        return f"sqlite:///{self.db_dir / f'{sample_id}.db'}"  # an absolute path: 4 slashes
 
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **kwargs)
-                self.waits: list[tuple[str, float]] = []
+    @staticmethod
+    def timed(call: Any) -> list[tuple[str, float]]:
+        """Record how long each ``block_for`` of the call is awaited (the time the
+        agent's llm_node waits for the block): returns the list it fills with
+        (user_text, seconds)."""
+        waits: list[tuple[str, float]] = []
+        block_for = call.block_for
 
-            async def block_for(self, user_text: str, **kwargs) -> str | None:
-                t0 = time.perf_counter()
-                try:
-                    return await super().block_for(user_text, **kwargs)
-                finally:
-                    self.waits.append((user_text, time.perf_counter() - t0))
+        async def timed_block_for(user_text: str, **kwargs: Any) -> str | None:
+            t0 = time.perf_counter()
+            try:
+                return await block_for(user_text, **kwargs)
+            finally:
+                waits.append((user_text, time.perf_counter() - t0))
 
-        self.TimedCallMemory = TimedCallMemory
+        call.block_for = timed_block_for
+        return waits
 
-    async def _start(self, session: Any, call: Any, model: Any) -> None:
-        await session.start(self.agent.Assistant(call, model=model))
+    async def _start(self, session: Any, assistant: Any) -> None:
+        await session.start(assistant)
         if session.current_speech is not None:
             # the on_enter greeting: let it finish, as a caller would hear it first
             await asyncio.wait_for(session.current_speech.wait_for_playout(), 30)
@@ -316,11 +325,13 @@ class Bench:
         for s in c.sessions:
             script = ["\n".join(s.greeting_texts)] + ["\n".join(r.reply_texts) for r in s.runs]
             model = self.ScriptedLLM(script)
-            call = self.memory.CallMemory(store, caller_id, f"{c.sample_id}-s{s.number}")
-            call.start()
+            call_id = f"{c.sample_id}-s{s.number}"
             current: dict[str, list[str]] = {"user": [], "assistant": s.greeting_ids}
             async with self.AgentSession(llm=model) as session:
-                self.agent.start_capture(session, call)
+                assistant = await self.agent.build_agent(
+                    session, store, caller_id, call_id, model=model
+                )
+                call = assistant.call
 
                 @session.on("conversation_item_added")
                 def _map(ev: Any, current: dict[str, list[str]] = current) -> None:
@@ -328,14 +339,14 @@ class Bench:
                     if item.type == "message" and item.role in current:
                         item_turns[item.id] = list(current[item.role])
 
-                await self._start(session, call, model)
+                await self._start(session, assistant)
                 for r in s.runs:
                     current["user"], current["assistant"] = r.caller_ids, r.reply_ids
                     await asyncio.wait_for(session.run(user_input="\n".join(r.caller_texts)), 30)
                     runs += 1
             # Leaving AgentSession closed it (Assistant.on_exit ran); then end the call's
             # memory as agent.py's job shutdown callback does (flush + call summary).
-            await call.aclose()
+            await call.aclose("participant hung up")
             collect_call_garbage()
             requests += len(model.requests)
             if call.pending:
@@ -388,17 +399,22 @@ class Bench:
         """One fresh call, the question as the caller's typed turn: the memory block the
         model got for it and how long llm_node waited for it."""
         model = self.ScriptedLLM(["", ""])
-        call = self.TimedCallMemory(store, caller_id, call_id, max_block_chars=self.max_block_chars)
-        call.start()
         async with self.AgentSession(llm=model) as session:
-            await self._start(session, call, model)
+            assistant = await self.agent.build_agent(
+                session, store, caller_id, call_id, model=model
+            )
+            call = assistant.call
+            call.capturing = False  # the question is not saved: the store stays as replayed
+            call.max_block_chars = self.max_block_chars
+            waits_of_call = self.timed(call)
+            await self._start(session, assistant)
             await asyncio.wait_for(session.run(user_input=question), 30)
-        await call.aclose()
+        await call.aclose("participant hung up")
         collect_call_garbage()
         blocks = self.memory_blocks(model.requests[-1])
         if len(blocks) > 1:
             raise RuntimeError(f"{call_id}: {len(blocks)} memory blocks in one request")
-        waits = [w for text, w in call.waits if text == question]
+        waits = [w for text, w in waits_of_call if text == question]
         if len(model.requests) != 2 or len(waits) != 1:
             raise RuntimeError(
                 f"{call_id}: {len(model.requests)} requests, {len(waits)} recalls for the question"
@@ -414,7 +430,7 @@ class Bench:
     async def conversation(self, record: dict[str, Any]) -> dict[str, Any]:
         c = load_conversation(record)
         caller_id = self.memory.validate_caller_id(c.sample_id)
-        store = self.memory.open_store(self.db_dir / f"{c.sample_id}.db")
+        store = self.memory.open_store(self.store_url(c.sample_id))
         t0 = time.perf_counter()
         try:
             integrity = await self.replay(c, store, caller_id)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import json
 import random
 import statistics
@@ -57,8 +56,10 @@ def run_one(project: Path) -> dict:
     rng = random.Random(7)
 
     async def main() -> dict:
-        store = memory.open_store(Path(tempfile.mkdtemp()) / "memory.db")
-        await store.remember(CALLER, "recording_consent", "yes")  # telephony asks first
+        # the default backend (SQLite), in a file of its own
+        store = memory.open_store(f"sqlite:///{Path(tempfile.mkdtemp()) / 'memory.db'}")
+        # telephony asks first
+        await store.remember(CALLER, memory.Fact.of("recording_consent", "yes"))
         for kind, value in [
             ("name", "Maria"),
             ("home city", "Lisbon"),
@@ -66,7 +67,7 @@ def run_one(project: Path) -> dict:
             ("diet", "vegetarian"),
             ("job", "architect"),
         ]:
-            await store.remember(CALLER, kind, value)
+            await store.remember(CALLER, memory.Fact.of(kind, value))
         for c in range(20):
             for n in range(10):
                 user, reply = synthetic_turn(rng)
@@ -85,32 +86,36 @@ def run_one(project: Path) -> dict:
 
         waits: list[float] = []
 
-        class TimedCall(memory.CallMemory):
-            async def block_for(self, user_text: str, **kwargs):
+        def timed(call: memory.CallMemory) -> None:
+            """Record how long each block_for of the call is awaited (the time a reply
+            waits for memory)."""
+            block_for = call.block_for
+
+            async def timed_block_for(user_text: str, **kwargs):
                 start = time.perf_counter()
                 try:
-                    return await super().block_for(user_text, **kwargs)
+                    return await block_for(user_text, **kwargs)
                 finally:
                     waits.append(time.perf_counter() - start)
 
-        call = TimedCall(store, CALLER, "measured")
-        call.start()
+            call.block_for = timed_block_for  # type: ignore[method-assign]
+
         model = ScriptedLLM()
         per_turn_wait: list[float] = []
         async with AgentSession(llm=model) as session:
-            agent.start_capture(session, call)
+            # as each recipe's entrypoint builds it
+            assistant = await agent.build_agent(session, store, CALLER, "measured", model=model)
+            call = assistant.call
+            timed(call)
             greeted = first_reply(session)
-            # as each recipe's entrypoint builds it (realtime passes the profile in)
-            takes_profile = "profile" in inspect.signature(agent.Assistant).parameters
-            extra = {"profile": await call.block_for("")} if takes_profile else {}
-            await session.start(agent.Assistant(call, model=model, **extra))
+            await session.start(assistant)
             await asyncio.wait_for(greeted.wait(), 10)
             first_turn_request = len(model.replies)
             for _ in range(10):
                 waits.clear()
                 await session.run(user_input=synthetic_turn(rng)[0])
                 per_turn_wait.append(sum(waits))
-        await call.aclose()
+        await call.aclose("benchmark call ended")  # as the job's shutdown callback
         turn_requests = model.replies[first_turn_request:]  # not the call summary request
         chars = [
             sum(len(b) for b in memory_blocks(r))

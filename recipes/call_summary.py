@@ -7,18 +7,21 @@ short extractive summary (the caller's first words); this one asks the model.
 
 What changes against agent.py: `summarize_call` (the prompt and the model call), set
 as `CallMemory.summarize` in `Assistant.__init__`; the greeting instructions; and
-the shutdown callback's time bound (`SUMMARY_TIMEOUT`). Bounded and safe: the
+the shutdown callback (`close_call` in the entrypoint), which gives the end of the
+call a longer bound (`SUMMARY_TIMEOUT`). Bounded and safe: the
 exchanges are flushed first, the summary gets at most half of what is left of the
 bound, and a failed or late summary falls back to the extractive one, losing no
 exchange. Cost: one extra LLM request per call, after the caller has hung up.
 
-Copy it into your agent: put this file and memory.py next to your agent file. Your
-agent needs agent.py's memory wiring: the store opened in `prewarm`, a
-`memory.CallMemory` per call given to the Agent as `self.call`, and
-`start_capture(session, call)` in the entrypoint. Then build your Agent on this
-file's `Assistant` (tests/test_recipes.py does exactly that), or copy
-`summarize_call`, the `call.summarize = ...` line and the shutdown callback with
-`SUMMARY_TIMEOUT` into your own Agent.
+Copy it into your agent: put this file, memory.py and your backend's store file
+(sqlite_store.py by default) next to your agent file. Your agent needs agent.py's
+memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
+reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
+to the Agent as `self.call`, its preload, `start_capture(session, call)`) and
+`call.aclose` as a shutdown callback. Then build your Agent on this file's
+`Assistant` (tests/test_recipes.py does exactly that), or copy
+`summarize_call` and the `call.summarize = ...` line into your own Agent and
+`close_call` with `SUMMARY_TIMEOUT` into your entrypoint.
 
 Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
 (or `dev`, `start`).
@@ -26,7 +29,6 @@ Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py conso
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from dotenv import load_dotenv
@@ -58,8 +60,8 @@ AGENT_NAME = "memory-agent"
 LLM_MODEL = "openai/gpt-4.1-mini"
 STT_MODEL = "deepgram/nova-3"
 TTS_MODEL = "cartesia/sonic-3"
-# An empty MEMORY_DB (as `cp .env.example .env.local` leaves it) means the default too.
-MEMORY_DB = os.getenv("MEMORY_DB") or str(Path(__file__).with_name("memory.db"))
+# Where memory is kept: MEMORY_URL in the environment or .env.local (see .env.example);
+# unset or empty means the backend this project was generated with, at its default.
 
 INSTRUCTIONS = """\
 You are a friendly voice assistant who remembers the people who call you.
@@ -77,9 +79,14 @@ SUMMARY_TIMEOUT = 6.0
 shutdown_process_timeout (10 s in livekit-agents 1.8.9)."""
 
 
+def new_llm() -> llm.LLM:
+    """The model provider (tests swap this one function for a scripted model)."""
+    return inference.LLM(model=LLM_MODEL)
+
+
 class Assistant(Agent):
     def __init__(self, call: memory.CallMemory, *, model: llm.LLM | None = None) -> None:
-        super().__init__(instructions=INSTRUCTIONS, llm=model or inference.LLM(model=LLM_MODEL))
+        super().__init__(instructions=INSTRUCTIONS, llm=model or new_llm())
         self.call = call
         call.summarize = self.summarize_call
 
@@ -146,6 +153,25 @@ class Assistant(Agent):
         return await self.call.remember(kind, value)
 
 
+async def build_agent(
+    session: AgentSession,
+    store: memory.MemoryStore,
+    caller_id: str | None,
+    call_id: str,
+    *,
+    model: llm.LLM | None = None,
+) -> Assistant:
+    """Everything memory needs for one call, wired once: the entrypoint, the demo, the
+    tests and the benchmarks all build the agent here. Starts preloading the caller's
+    profile, captures the session's conversation, and returns the Assistant; its
+    `call` must be closed when the call ends (`await agent.call.aclose()`; the
+    entrypoint registers it as a shutdown callback). `caller_id=None`: no memory."""
+    call = memory.CallMemory(store, caller_id, call_id)
+    call.start()  # preload facts and call summaries while the session starts
+    start_capture(session, call)
+    return Assistant(call, model=model)
+
+
 def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
     """Capture: hand each user or assistant message to the call's memory, which pairs
     them into exchanges and saves them in the background. Tool calls never come
@@ -208,7 +234,7 @@ server = AgentServer()
 def prewarm(proc: JobProcess) -> None:
     proc.userdata["vad"] = silero.VAD.load()
     # One store per worker process, shared by the calls it runs.
-    proc.userdata["memory"] = memory.open_store(MEMORY_DB)
+    proc.userdata["memory"] = memory.open_store()
 
 
 server.setup_fnc = prewarm
@@ -225,22 +251,24 @@ async def entrypoint(ctx: JobContext) -> None:
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     caller_id = caller_or_none(participant, dispatch)
 
-    call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=ctx.job.id)
-    call.start()  # preload facts and call summaries while the session starts
-    # A hang-up closes the session and then the job; the job waits for shutdown
-    # callbacks (up to shutdown_process_timeout), so the last writes and the summary
-    # land here.
-    ctx.add_shutdown_callback(lambda: call.aclose(SUMMARY_TIMEOUT))
-
     session = AgentSession(
         stt=inference.STT(model=STT_MODEL),
         tts=inference.TTS(model=TTS_MODEL),
         vad=ctx.proc.userdata["vad"],
         # preemptive generation is on by default; recall in llm_node keeps it useful
     )
-    start_capture(session, call)
+    assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, ctx.job.id)
+
+    # A hang-up closes the session and then the job; the job waits for shutdown
+    # callbacks (up to shutdown_process_timeout), so the last writes and the summary
+    # land here. LiveKit passes a callback that takes an argument the shutdown reason
+    # (a str); the longer bound goes by keyword (aclose's timeout is keyword-only).
+    async def close_call(reason: str) -> None:
+        await assistant.call.aclose(reason, timeout=SUMMARY_TIMEOUT)
+
+    ctx.add_shutdown_callback(close_call)
     await session.start(
-        agent=Assistant(call),
+        agent=assistant,
         room=ctx.room,
         # Link the session to the participant memory is keyed to, so both follow the
         # same person (not whoever joins or speaks first).

@@ -16,18 +16,21 @@ call `llm_node`, so agent.py's per-reply recall cannot work; what does:
   (never assistant-only memories). Providers deliver the caller's transcript after
   the reply it prompted; `CallMemory.capture` pairs them by when each began.
 
-What changes against agent.py: the model (`REALTIME_MODEL` with input
-transcription), no STT/TTS/VAD, an `Assistant` that takes the profile, no
-`llm_node`, a `recall_memory` tool, and the transcription check in `on_enter`.
+What changes against agent.py: the model (`new_llm` returns `REALTIME_MODEL` with
+input transcription), no STT/TTS/VAD, an `Assistant` that takes the profile (which
+`build_agent` waits for, at most `RECALL_BUDGET`), no `llm_node`, a `recall_memory`
+tool, and the transcription check in `on_enter`.
 Tested with a scripted realtime stand-in (the recipe's tests): profile in the
 instructions, the recall tool, capture from late transcripts, the guard for missing
 transcription. Not tested: a real provider's audio path.
 
-Copy it into your agent: put this file and memory.py next to your agent file. Your
-agent needs agent.py's memory wiring: the store opened in `prewarm`, a
-`memory.CallMemory` per call given to the Agent as `self.call`, and
-`start_capture(session, call)` in the entrypoint. Then build your Agent on this
-file's `Assistant` (tests/test_recipes.py does exactly that), or copy the `profile`
+Copy it into your agent: put this file, memory.py and your backend's store file
+(sqlite_store.py by default) next to your agent file. Your agent needs agent.py's
+memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
+reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
+to the Agent as `self.call`, its preload, `start_capture(session, call)`) and
+`call.aclose` as a shutdown callback. Then build your Agent on this file's
+`Assistant` (tests/test_recipes.py does exactly that), or copy the `profile`
 argument, `on_enter`'s transcription check and the `recall_memory` tool into your
 own Agent.
 
@@ -37,7 +40,6 @@ Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py conso
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from dotenv import load_dotenv
@@ -71,8 +73,8 @@ REALTIME_MODEL = "openai/gpt-realtime"
 TRANSCRIPTION_MODEL = "gpt-4o-mini-transcribe"  # the caller's words, for capture
 STT_MODEL = "deepgram/nova-3"  # unused here, as LLM_MODEL
 TTS_MODEL = "cartesia/sonic-3"  # unused here, as LLM_MODEL
-# An empty MEMORY_DB (as `cp .env.example .env.local` leaves it) means the default too.
-MEMORY_DB = os.getenv("MEMORY_DB") or str(Path(__file__).with_name("memory.db"))
+# Where memory is kept: MEMORY_URL in the environment or .env.local (see .env.example);
+# unset or empty means the backend this project was generated with, at its default.
 
 INSTRUCTIONS = """\
 You are a friendly voice assistant who remembers the people who call you.
@@ -84,6 +86,15 @@ something lasting about themselves (their name, where they live, a preference), 
 it with the remember tool."""
 
 
+def new_llm() -> llm.RealtimeModel:
+    """The model provider, here a realtime model that hears and speaks, with input
+    transcription on (tests swap this one function for a scripted model)."""
+    return inference.RealtimeModel(
+        REALTIME_MODEL,
+        input_audio_transcription=AudioTranscription(model=TRANSCRIPTION_MODEL),
+    )
+
+
 class Assistant(Agent):
     def __init__(
         self,
@@ -93,14 +104,7 @@ class Assistant(Agent):
         profile: str | None = None,
     ) -> None:
         instructions = f"{INSTRUCTIONS}\n\n{profile}" if profile else INSTRUCTIONS
-        super().__init__(
-            instructions=instructions,
-            llm=model
-            or inference.RealtimeModel(
-                REALTIME_MODEL,
-                input_audio_transcription=AudioTranscription(model=TRANSCRIPTION_MODEL),
-            ),
-        )
+        super().__init__(instructions=instructions, llm=model or new_llm())
         self.call = call
 
     async def on_enter(self) -> None:
@@ -138,6 +142,27 @@ class Assistant(Agent):
             value: The fact itself, e.g. "Maria", "Lisbon".
         """
         return await self.call.remember(kind, value)
+
+
+async def build_agent(
+    session: AgentSession,
+    store: memory.MemoryStore,
+    caller_id: str | None,
+    call_id: str,
+    *,
+    model: llm.RealtimeModel | None = None,
+) -> Assistant:
+    """Everything memory needs for one call, wired once: the entrypoint, the demo, the
+    tests and the benchmarks all build the agent here. Waits for the caller's profile
+    (at most RECALL_BUDGET) and puts it into the Assistant's instructions, captures the
+    session's conversation, and returns the Assistant; its `call` must be closed when
+    the call ends (`await agent.call.aclose()`; the entrypoint registers it as a
+    shutdown callback). `caller_id=None`: no memory."""
+    call = memory.CallMemory(store, caller_id, call_id)
+    call.start()  # preload facts and call summaries: the recall tool's fallback if slow
+    profile = await call.block_for("")  # bounded by RECALL_BUDGET; None when memory is off
+    start_capture(session, call)
+    return Assistant(call, model=model, profile=profile)
 
 
 def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
@@ -201,7 +226,7 @@ server = AgentServer()
 
 def prewarm(proc: JobProcess) -> None:
     # One store per worker process, shared by the calls it runs.
-    proc.userdata["memory"] = memory.open_store(MEMORY_DB)
+    proc.userdata["memory"] = memory.open_store()
 
 
 server.setup_fnc = prewarm
@@ -218,16 +243,15 @@ async def entrypoint(ctx: JobContext) -> None:
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     caller_id = caller_or_none(participant, dispatch)
 
-    call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=ctx.job.id)
-    profile = await call.block_for("")  # bounded by RECALL_BUDGET; None when memory is off
+    session = AgentSession()  # the Assistant's realtime model hears and speaks
+    assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, ctx.job.id)
     # A hang-up closes the session and then the job; the job waits for shutdown
     # callbacks (up to shutdown_process_timeout), so the last writes land here.
-    ctx.add_shutdown_callback(call.aclose)
-
-    session = AgentSession()  # the Assistant's realtime model hears and speaks
-    start_capture(session, call)
+    # LiveKit passes a callback that takes an argument the shutdown reason (a str):
+    # CallMemory.aclose takes it as `reason`, its timeout is keyword-only.
+    ctx.add_shutdown_callback(assistant.call.aclose)
     await session.start(
-        agent=Assistant(call, profile=profile),
+        agent=assistant,
         room=ctx.room,
         # Link the session to the participant memory is keyed to, so both follow the
         # same person (not whoever joins or speaks first).

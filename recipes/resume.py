@@ -6,20 +6,23 @@ without this recipe the new agent greets the caller as if the call had just begu
 Here it continues from the saved turns of this call instead.
 
 What changes against agent.py: the call id is the room's sid (the same for the
-worker that takes the room over, unlike the job id); `resumed_assistant` reads this
-call's saved exchanges (bounded by `RESUME_TIMEOUT`) into the new agent's chat
-context; `on_enter` then picks the conversation up instead of greeting. Capture
+worker that takes the room over, unlike the job id); `build_agent` returns
+`resumed_assistant`, which reads this call's saved exchanges (bounded by
+`RESUME_TIMEOUT`) into the new agent's chat context; `on_enter` then picks the
+conversation up instead of greeting. Capture
 saves every turn as it happens (agent.py already does), so what the caller said
 before the crash is there. The reply being spoken at the crash is saved as far as
 LiveKit had added it; a reply never added is lost with the process.
 
-Copy it into your agent: put this file and memory.py next to your agent file. Your
-agent needs agent.py's memory wiring: the store opened in `prewarm`, a
-`memory.CallMemory` per call given to the Agent as `self.call`, and
-`start_capture(session, call)` in the entrypoint. Then build your Agent on this
-file's `Assistant` (tests/test_recipes.py does exactly that), or copy
+Copy it into your agent: put this file, memory.py and your backend's store file
+(sqlite_store.py by default) next to your agent file. Your agent needs agent.py's
+memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
+reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
+to the Agent as `self.call`, its preload, `start_capture(session, call)`) and
+`call.aclose` as a shutdown callback. Then build your Agent on this file's
+`Assistant` (tests/test_recipes.py does exactly that), or copy
 `resumed_assistant`, the `history` argument, `on_enter` and the room-sid call id
-into your own Agent.
+into your own Agent and entrypoint.
 
 Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
 (or `dev`, `start`).
@@ -28,7 +31,6 @@ Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py conso
 import asyncio
 import json
 import logging
-import os
 from pathlib import Path
 
 from dotenv import load_dotenv
@@ -60,8 +62,8 @@ AGENT_NAME = "memory-agent"
 LLM_MODEL = "openai/gpt-4.1-mini"
 STT_MODEL = "deepgram/nova-3"
 TTS_MODEL = "cartesia/sonic-3"
-# An empty MEMORY_DB (as `cp .env.example .env.local` leaves it) means the default too.
-MEMORY_DB = os.getenv("MEMORY_DB") or str(Path(__file__).with_name("memory.db"))
+# Where memory is kept: MEMORY_URL in the environment or .env.local (see .env.example);
+# unset or empty means the backend this project was generated with, at its default.
 RESUME_TIMEOUT = 1.0
 """Seconds to wait for this call's saved turns; past it the call starts afresh."""
 
@@ -74,6 +76,11 @@ When the caller tells you something lasting about themselves (their name, where 
 live, a preference), save it with the remember tool."""
 
 
+def new_llm() -> llm.LLM:
+    """The model provider (tests swap this one function for a scripted model)."""
+    return inference.LLM(model=LLM_MODEL)
+
+
 class Assistant(Agent):
     def __init__(
         self,
@@ -84,7 +91,7 @@ class Assistant(Agent):
     ) -> None:
         super().__init__(
             instructions=INSTRUCTIONS,
-            llm=model or inference.LLM(model=LLM_MODEL),
+            llm=model or new_llm(),
             chat_ctx=history,
         )
         self.call = call
@@ -147,14 +154,37 @@ class Assistant(Agent):
         return await self.call.remember(kind, value)
 
 
+async def build_agent(
+    session: AgentSession,
+    store: memory.MemoryStore,
+    caller_id: str | None,
+    call_id: str,
+    *,
+    model: llm.LLM | None = None,
+) -> Assistant:
+    """Everything memory needs for one call, wired once: the entrypoint, the demo, the
+    tests and the benchmarks all build the agent here. Starts preloading the caller's
+    profile, captures the session's conversation, and returns the Assistant, resumed
+    from the call's saved turns when a worker before this one ran it. `call_id` must
+    name the call, not the job: the entrypoint passes the room's sid. Its `call` must
+    be closed when the call ends (`await agent.call.aclose()`; the entrypoint
+    registers it as a shutdown callback). `caller_id=None`: no memory."""
+    call = memory.CallMemory(store, caller_id, call_id)
+    call.start()  # preload facts and call summaries while the session starts
+    start_capture(session, call)
+    return await resumed_assistant(call, model=model)
+
+
 async def resumed_assistant(call: memory.CallMemory, *, model: llm.LLM | None = None) -> Assistant:
     """The Assistant for this call: with the call's saved turns as its chat context
     when a worker before this one ran the call, else a fresh one."""
+    if not call.enabled:  # memory off: nothing was saved to continue from
+        return Assistant(call, model=model)
     try:
         saved = await asyncio.wait_for(
             call.store.exchanges(call.caller_id, call_id=call.call_id), RESUME_TIMEOUT
         )
-    except Exception as exc:  # slow, failing or memory off: start afresh
+    except Exception as exc:  # slow or failing: start afresh
         logger.warning("could not read this call's saved turns: %r", exc)
         saved = []
     if not saved:
@@ -234,7 +264,7 @@ server = AgentServer()
 def prewarm(proc: JobProcess) -> None:
     proc.userdata["vad"] = silero.VAD.load()
     # One store per worker process, shared by the calls it runs.
-    proc.userdata["memory"] = memory.open_store(MEMORY_DB)
+    proc.userdata["memory"] = memory.open_store()
 
 
 server.setup_fnc = prewarm
@@ -251,22 +281,24 @@ async def entrypoint(ctx: JobContext) -> None:
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     caller_id = caller_or_none(participant, dispatch)
 
-    # The room's sid names the call: a worker that takes the room over gets the same.
-    call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=await ctx.room.sid)
-    call.start()  # preload facts and call summaries while the session starts
-    # A hang-up closes the session and then the job; the job waits for shutdown
-    # callbacks (up to shutdown_process_timeout), so the last writes land here.
-    ctx.add_shutdown_callback(call.aclose)
-
     session = AgentSession(
         stt=inference.STT(model=STT_MODEL),
         tts=inference.TTS(model=TTS_MODEL),
         vad=ctx.proc.userdata["vad"],
         # preemptive generation is on by default; recall in llm_node keeps it useful
     )
-    start_capture(session, call)
+    # The room's sid names the call: a worker that takes the room over gets the same.
+    # From the job's room info (set by the dispatch, and by `console` too, whose mock
+    # room cannot be awaited for it); else from the connected room.
+    call_id = ctx.job.room.sid or await ctx.room.sid
+    assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, call_id)
+    # A hang-up closes the session and then the job; the job waits for shutdown
+    # callbacks (up to shutdown_process_timeout), so the last writes land here.
+    # LiveKit passes a callback that takes an argument the shutdown reason (a str):
+    # CallMemory.aclose takes it as `reason`, its timeout is keyword-only.
+    ctx.add_shutdown_callback(assistant.call.aclose)
     await session.start(
-        agent=await resumed_assistant(call),
+        agent=assistant,
         room=ctx.room,
         # Link the session to the participant memory is keyed to, so both follow the
         # same person (not whoever joins or speaks first).

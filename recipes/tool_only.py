@@ -11,11 +11,13 @@ greeting; a `recall_memory` tool. Capture, facts, caller id and the end-of-call
 flush are the same. Trade-off: the model must decide to look things up; a model that
 does not will answer without what it was told in earlier calls.
 
-Copy it into your agent: put this file and memory.py next to your agent file. Your
-agent needs agent.py's memory wiring: the store opened in `prewarm`, a
-`memory.CallMemory` per call given to the Agent as `self.call`, and
-`start_capture(session, call)` in the entrypoint. Then build your Agent on this
-file's `Assistant` (tests/test_recipes.py does exactly that), or copy its
+Copy it into your agent: put this file, memory.py and your backend's store file
+(sqlite_store.py by default) next to your agent file. Your agent needs agent.py's
+memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
+reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
+to the Agent as `self.call`, its preload, `start_capture(session, call)`) and
+`call.aclose` as a shutdown callback. Then build your Agent on this file's
+`Assistant` (tests/test_recipes.py does exactly that), or copy its
 `on_enter`, the `recall_memory` and `remember` tools and the instructions into your
 own Agent.
 
@@ -25,7 +27,6 @@ Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py conso
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from dotenv import load_dotenv
@@ -57,8 +58,8 @@ AGENT_NAME = "memory-agent"
 LLM_MODEL = "openai/gpt-4.1-mini"
 STT_MODEL = "deepgram/nova-3"
 TTS_MODEL = "cartesia/sonic-3"
-# An empty MEMORY_DB (as `cp .env.example .env.local` leaves it) means the default too.
-MEMORY_DB = os.getenv("MEMORY_DB") or str(Path(__file__).with_name("memory.db"))
+# Where memory is kept: MEMORY_URL in the environment or .env.local (see .env.example);
+# unset or empty means the backend this project was generated with, at its default.
 
 INSTRUCTIONS = """\
 You are a friendly voice assistant who remembers the people who call you.
@@ -69,9 +70,14 @@ been told or found. When the caller tells you something lasting about themselves
 (their name, where they live, a preference), save it with the remember tool."""
 
 
+def new_llm() -> llm.LLM:
+    """The model provider (tests swap this one function for a scripted model)."""
+    return inference.LLM(model=LLM_MODEL)
+
+
 class Assistant(Agent):
     def __init__(self, call: memory.CallMemory, *, model: llm.LLM | None = None) -> None:
-        super().__init__(instructions=INSTRUCTIONS, llm=model or inference.LLM(model=LLM_MODEL))
+        super().__init__(instructions=INSTRUCTIONS, llm=model or new_llm())
         self.call = call
 
     async def on_enter(self) -> None:
@@ -106,6 +112,25 @@ class Assistant(Agent):
             value: The fact itself, e.g. "Maria", "Lisbon".
         """
         return await self.call.remember(kind, value)
+
+
+async def build_agent(
+    session: AgentSession,
+    store: memory.MemoryStore,
+    caller_id: str | None,
+    call_id: str,
+    *,
+    model: llm.LLM | None = None,
+) -> Assistant:
+    """Everything memory needs for one call, wired once: the entrypoint, the demo, the
+    tests and the benchmarks all build the agent here. Starts preloading the caller's
+    profile, captures the session's conversation, and returns the Assistant; its
+    `call` must be closed when the call ends (`await agent.call.aclose()`; the
+    entrypoint registers it as a shutdown callback). `caller_id=None`: no memory."""
+    call = memory.CallMemory(store, caller_id, call_id)
+    call.start()  # preload facts and call summaries while the session starts
+    start_capture(session, call)
+    return Assistant(call, model=model)
 
 
 def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
@@ -170,7 +195,7 @@ server = AgentServer()
 def prewarm(proc: JobProcess) -> None:
     proc.userdata["vad"] = silero.VAD.load()
     # One store per worker process, shared by the calls it runs.
-    proc.userdata["memory"] = memory.open_store(MEMORY_DB)
+    proc.userdata["memory"] = memory.open_store()
 
 
 server.setup_fnc = prewarm
@@ -187,21 +212,20 @@ async def entrypoint(ctx: JobContext) -> None:
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     caller_id = caller_or_none(participant, dispatch)
 
-    call = memory.CallMemory(ctx.proc.userdata["memory"], caller_id, call_id=ctx.job.id)
-    call.start()  # preload facts and call summaries while the session starts
-    # A hang-up closes the session and then the job; the job waits for shutdown
-    # callbacks (up to shutdown_process_timeout), so the last writes land here.
-    ctx.add_shutdown_callback(call.aclose)
-
     session = AgentSession(
         stt=inference.STT(model=STT_MODEL),
         tts=inference.TTS(model=TTS_MODEL),
         vad=ctx.proc.userdata["vad"],
-        # preemptive generation is on by default; recall in llm_node keeps it useful
+        # preemptive generation is on by default; no per-turn recall here to wait for
     )
-    start_capture(session, call)
+    assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, ctx.job.id)
+    # A hang-up closes the session and then the job; the job waits for shutdown
+    # callbacks (up to shutdown_process_timeout), so the last writes land here.
+    # LiveKit passes a callback that takes an argument the shutdown reason (a str):
+    # CallMemory.aclose takes it as `reason`, its timeout is keyword-only.
+    ctx.add_shutdown_callback(assistant.call.aclose)
     await session.start(
-        agent=Assistant(call),
+        agent=assistant,
         room=ctx.room,
         # Link the session to the participant memory is keyed to, so both follow the
         # same person (not whoever joins or speaks first).

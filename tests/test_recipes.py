@@ -37,9 +37,11 @@ def test_a_recipe_docstring_says_when_what_changes_and_how_to_copy(name):
 
 
 # An agent someone already has: their own Agent class with their own tool. Memory comes
-# in by copying two files next to it and building their agent on the recipe's Assistant.
+# in by copying the recipe, memory.py and the backend's store file next to it, wiring
+# memory into their own session as build_agent does, and building their agent on the
+# recipe's Assistant.
 EXISTING_AGENT = '''
-import asyncio, json, sys
+import asyncio, json
 
 from livekit.agents import AgentSession, RunContext, function_tool
 
@@ -55,9 +57,10 @@ class FrontDesk(memory_agent.Assistant):
         return "Nine to five."
 
 
-async def main(db: str) -> None:
-    store = memory.open_store(db)
-    await store.remember("caller-1", "recording_consent", "yes")  # telephony asks first
+async def main() -> None:
+    store = memory.open_store()  # from MEMORY_URL, as the recipe's prewarm opens it
+    # telephony asks first
+    await store.remember("caller-1", memory.Fact.of("recording_consent", "yes"))
     for n, text in enumerate(["My sister Ana is vegetarian.", "What does my sister eat?"]):
         call = memory.CallMemory(store, "caller-1", f"call-{n}")
         call.start()
@@ -68,12 +71,12 @@ async def main(db: str) -> None:
             await session.start(FrontDesk(call, model=model))
             await asyncio.wait_for(greeted.wait(), 10)  # the caller answers the greeting
             await session.run(user_input=text)
-        await call.aclose()
+        await call.aclose("participant hung up")  # as LiveKit calls a shutdown callback
     print(json.dumps([e.user_text for e in await store.exchanges("caller-1")]))
     await store.close()
 
 
-asyncio.run(main(sys.argv[1]))
+asyncio.run(main())
 '''
 
 
@@ -82,13 +85,18 @@ def test_a_recipe_copied_into_an_existing_agent_runs(name, tmp_path):
     project = tmp_path / "front-desk"
     project.mkdir()
     (project / "front_desk.py").write_text(textwrap.dedent(EXISTING_AGENT))
-    # the two files the recipe's docstring says to copy (memory.py is the sqlite backend)
+    # the files the recipe's docstring says to copy: the recipe, the memory core and
+    # the backend's store file (SQLite here)
     shutil.copyfile(ROOT / "recipes" / f"{name}.py", project / "memory_agent.py")
-    shutil.copyfile(TEMPLATE / "memory_backends" / "sqlite.py", project / "memory.py")
+    shutil.copyfile(TEMPLATE / "memory.py", project / "memory.py")
+    shutil.copyfile(
+        TEMPLATE / "memory_backends" / "sqlite" / "sqlite_store.py", project / "sqlite_store.py"
+    )
     shutil.copyfile(TEMPLATE / "tests" / "scripted_llm.py", project / "scripted_llm.py")
     env = {
         k: v for k, v in os.environ.items() if k not in ("LIVEKIT_API_KEY", "LIVEKIT_API_SECRET")
     }
+    env["MEMORY_URL"] = f"sqlite:///{project / 'memory.db'}"  # an absolute path: 4 slashes
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -100,12 +108,13 @@ def test_a_recipe_copied_into_an_existing_agent_runs(name, tmp_path):
             timeout=120,
         )
 
-    calls = run("front_desk.py", str(project / "memory.db"))
+    calls = run("front_desk.py")
     assert calls.returncode == 0, calls.stderr[-3000:]
     assert json.loads(calls.stdout.strip().splitlines()[-1]) == [
         "My sister Ana is vegetarian.",
         "What does my sister eat?",
     ]
+    assert (project / "memory.db").is_file()
     # and it is still a LiveKit worker on its own
     cli = run("memory_agent.py", "--help")
     assert cli.returncode == 0, cli.stderr[-2000:]
@@ -133,6 +142,9 @@ def _definitions(path: Path) -> dict[str, str]:
 # self-contained file, so these are copies on purpose; this keeps a fix to one from
 # leaving the others behind.
 SHARED = [
+    "new_llm",
+    "build_agent",
+    "prewarm",
     "start_capture",
     "dispatch_metadata",
     "caller_id_for",
@@ -141,6 +153,16 @@ SHARED = [
     "Assistant.remember",
     "Assistant.on_exit",
 ]
+# What a recipe changes in them on purpose (its docstring says why). Each must really
+# differ: once it is agent.py's again, it comes off this list and is checked again.
+DIFFERS = {
+    "realtime": {
+        "new_llm": "a realtime model, with input transcription",
+        "build_agent": "waits for the profile, which goes into the instructions",
+        "prewarm": "no VAD: the realtime model hears for itself",
+    },
+    "resume": {"build_agent": "the Assistant continues the call from its saved turns"},
+}
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -148,7 +170,56 @@ def test_a_recipe_keeps_agent_pys_memory_wiring_where_it_has_it(name):
     default = _definitions(TEMPLATE / "agent.py")
     recipe = _definitions(ROOT / "recipes" / f"{name}.py")
     for function in SHARED:
-        if function in recipe:
+        if function not in recipe:
+            continue
+        if function in DIFFERS.get(name, {}):
+            assert recipe[function] != default[function], (
+                f"{name}: {function} is agent.py's again; take it off DIFFERS"
+            )
+        else:
             assert recipe[function] == default[function], (
                 f"{name}: {function} differs from agent.py"
             )
+
+
+def _signature(path: Path, function: str) -> tuple:
+    """Kind, parameter names and defaults of a top-level function (no annotations)."""
+    import ast
+
+    node = next(
+        n
+        for n in ast.parse(path.read_text()).body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function
+    )
+    a = node.args
+    return (
+        type(node).__name__,
+        [p.arg for p in a.posonlyargs + a.args],
+        [ast.unparse(d) for d in a.defaults],
+        [p.arg for p in a.kwonlyargs],
+        [d if d is None else ast.unparse(d) for d in a.kw_defaults],
+        a.vararg and a.vararg.arg,
+        a.kwarg and a.kwarg.arg,
+    )
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_recipe_is_built_the_way_agent_py_is(name):
+    # demo.py, the tests and the benchmarks call agent.new_llm() and
+    # agent.build_agent(session, store, caller_id, call_id, model=model) whichever
+    # recipe the project was generated with.
+    for function in ("new_llm", "build_agent"):
+        assert _signature(ROOT / "recipes" / f"{name}.py", function) == _signature(
+            TEMPLATE / "agent.py", function
+        ), f"{name}: {function} is not called as agent.py's"
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_a_recipe_names_no_backend(name):
+    # The store opens from MEMORY_URL (memory.open_store); the docstring may say which
+    # file to copy, the code never picks a backend.
+    source = (ROOT / "recipes" / f"{name}.py").read_text()
+    code = source.split('"""', 2)[2]
+    assert "MEMORY_DB" not in source
+    assert "sqlite" not in code.lower()
+    assert "memory.open_store()" in code

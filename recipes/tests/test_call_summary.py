@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from livekit.agents import AgentSession
+
 import agent
 import memory
 from tests.conftest import call
+from tests.livekit_job import run_job
 from tests.scripted_llm import ScriptedLLM, Slow, memory_blocks
 
 CALLER = "caller-1"
@@ -49,13 +52,32 @@ async def test_a_failing_summary_keeps_the_short_one_and_every_exchange(store):
 
 async def test_a_slow_summary_cannot_hold_the_end_of_the_call_past_its_bound(store):
     model = summarizing(Slow(60, SUMMARY))
-    call_memory = memory.CallMemory(store, CALLER, "call-1")
-    assistant = agent.Assistant(call_memory, model=model)
+    session = AgentSession(llm=model)  # never started: the call ends before it begins
+    assistant = await agent.build_agent(session, store, CALLER, "call-1", model=model)
+    call_memory = assistant.call
     call_memory.capture("user", "u1", "My order number is 8812.")
     call_memory.capture("assistant", "a1", "Thanks.")
-    assert assistant.call is call_memory and call_memory.summarize is not None
-    # as the shutdown callback runs it, with a short bound to keep the test quick
-    assert await call_memory.aclose(timeout=0.5) == 0
+    assert call_memory.summarize is not None
+    # as the shutdown callback runs it (with LiveKit's reason), with a short bound to
+    # keep the test quick
+    assert await call_memory.aclose("participant hung up", timeout=0.5) == 0
     (summary,) = (await store.profile(CALLER)).summaries
     assert summary.text.startswith("The caller talked about:")
     assert agent.SUMMARY_TIMEOUT < 10  # LiveKit's shutdown_process_timeout
+
+
+async def test_the_real_shutdown_path_saves_the_models_summary(store_url):
+    # The entrypoint run by LiveKit's own job machinery (tests/livekit_job.py): at the
+    # hang-up LiveKit calls the shutdown callback with the reason; it must end the call
+    # with the summary bound, and the model's summary must be what is saved.
+    job = run_job(
+        store_url,
+        ["Can I move my dentist appointment to Friday?"],
+        script=["Hello!", "Let me check that for you.", SUMMARY],
+    )
+    assert job["returncode"] == 0 and "Traceback" not in job["log"], job["log"][-3000:]
+    summary_request = job["requests"][-1]
+    assert summary_request[0] == ["system", agent.SUMMARY_INSTRUCTIONS]
+    store = memory.open_store(store_url)
+    assert [s.text for s in (await store.profile("alice")).summaries] == [SUMMARY]
+    await store.close()

@@ -19,7 +19,7 @@ async def test_a_style_note_reaches_the_next_call_as_guidance_not_as_a_fact(stor
     )
     async with call(store, CALLER, model) as (session, _):
         await session.run(user_input="Please keep it short with me, I'm always in a hurry.")
-    await store.remember(CALLER, "name", "Maria")
+    await store.remember(CALLER, memory.Fact.of("name", "Maria"))
 
     model = ScriptedLLM()
     async with call(store, CALLER, model, call_id="call-2") as (session, _):

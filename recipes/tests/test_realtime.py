@@ -149,22 +149,21 @@ class ScriptedRealtime(realtime.RealtimeModel):
 
 
 async def realtime_call(store, model: ScriptedRealtime, call_id: str = "call-1"):
-    call_memory = memory.CallMemory(store, CALLER, call_id)
-    profile = await call_memory.block_for("")
+    """A call as the entrypoint makes it: a session without STT, LLM or TTS (the
+    realtime model hears and speaks), the agent from agent.build_agent."""
     session = AgentSession()
-    agent.start_capture(session, call_memory)
-    assistant = agent.Assistant(call_memory, model=model, profile=profile)
+    assistant = await agent.build_agent(session, store, CALLER, call_id, model=model)
     await session.start(assistant)
     await asyncio.sleep(0.2)  # the greeting
-    return session, call_memory, assistant
+    return session, assistant.call, assistant
 
 
 async def test_the_profile_is_in_the_instructions_the_provider_receives(store):
-    await store.remember(CALLER, "name", "Maria")
+    await store.remember(CALLER, memory.Fact.of("name", "Maria"))
     session, call_memory, assistant = await realtime_call(store, ScriptedRealtime(["Hi Maria!"]))
     assert "name: Maria" in assistant.instructions
     await session.aclose()
-    await call_memory.aclose()
+    await call_memory.aclose("participant hung up")
 
 
 async def test_spoken_turns_are_saved_though_each_transcript_comes_after_its_reply(store):
@@ -174,7 +173,7 @@ async def test_spoken_turns_are_saved_though_each_transcript_comes_after_its_rep
     await provider.caller_speaks("My sister Ana is vegetarian.", reply="Good to know.")
     await provider.caller_speaks("And my brother eats everything.", reply="Noted too.")
     await session.aclose()
-    await call_memory.aclose()
+    await call_memory.aclose("participant hung up")
     assert [(e.user_text, e.assistant_text) for e in await store.exchanges(CALLER)] == [
         ("My sister Ana is vegetarian.", "Good to know."),
         ("And my brother eats everything.", "Noted too."),
@@ -186,7 +185,7 @@ async def test_without_input_transcription_nothing_is_saved_and_the_log_says_so(
     session, call_memory, _ = await realtime_call(store, model)
     await model.sessions[-1].caller_speaks("My sister Ana is vegetarian.", reply="Good to know.")
     await session.aclose()
-    await call_memory.aclose()
+    await call_memory.aclose("participant hung up")
     assert await store.exchanges(CALLER) == []
     assert "memory capture is OFF" in caplog.text
 
@@ -194,7 +193,22 @@ async def test_without_input_transcription_nothing_is_saved_and_the_log_says_so(
 async def test_the_recall_tool_finds_an_earlier_call(store):
     async with call(store, CALLER, ScriptedRealtime(["Hello!", "Good to know."])) as (session, _):
         await session.run(user_input="My sister Ana is vegetarian.")
-    _, call_memory, assistant = await realtime_call(store, ScriptedRealtime([]), call_id="call-2")
+    session, call_memory, assistant = await realtime_call(
+        store, ScriptedRealtime([]), call_id="call-2"
+    )
     found = await assistant.recall_memory(None, "sister food")
     assert "My sister Ana is vegetarian." in found
-    await call_memory.aclose()
+    await session.aclose()
+    await call_memory.aclose("participant hung up")
+
+
+async def test_the_real_model_is_built_with_input_transcription(monkeypatch):
+    # LiveKit Inference's constructor wants credentials to exist; nothing is sent.
+    monkeypatch.setenv("LIVEKIT_API_KEY", "offline-test-key")
+    monkeypatch.setenv("LIVEKIT_API_SECRET", "offline-test-secret-offline-test-secret")
+    model = agent.new_llm()
+    try:
+        assert isinstance(model, llm.RealtimeModel)
+        assert model.capabilities.user_transcription  # or nothing could be captured
+    finally:
+        await model.aclose()

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from livekit.agents import AgentSession
 
 import agent
 import memory
+from tests.doubles import Slow
+from tests.livekit_job import run_job
 from tests.scripted_llm import ScriptedLLM
 
 CALLER = "caller-1"
 ROOM_SID = "RM_4Xk2mQ9"
 
 
+async def unstarted(store, caller_id: str | None, call_id: str) -> agent.Assistant:
+    """The agent build_agent makes for a call, in a session that is never started."""
+    model = ScriptedLLM()
+    return await agent.build_agent(AgentSession(llm=model), store, caller_id, call_id, model=model)
+
+
 async def first_worker(store) -> None:
     """Runs part of a call, then dies: no session close, no flush, no summary."""
-    call = memory.CallMemory(store, CALLER, ROOM_SID)
     model = ScriptedLLM(["Hello!", "Which day suits you?"])
     session = AgentSession(llm=model)
-    agent.start_capture(session, call)
-    await session.start(await agent.resumed_assistant(call, model=model))
+    await session.start(await agent.build_agent(session, store, CALLER, ROOM_SID, model=model))
     await session.current_speech.wait_for_playout()
     await session.run(user_input="I need to move my appointment.")
     await asyncio.sleep(0.1)  # the background write lands; then the process is gone
@@ -29,15 +36,15 @@ async def first_worker(store) -> None:
 async def test_the_next_worker_continues_the_call_instead_of_greeting(store):
     await first_worker(store)
 
-    call = memory.CallMemory(store, CALLER, ROOM_SID)  # same room, same call id
     model = ScriptedLLM(["Sorry, the line dropped. Which day suits you?", "Friday works."])
     async with AgentSession(llm=model) as session:
-        agent.start_capture(session, call)
-        assistant = await agent.resumed_assistant(call, model=model)
+        # same room, same call id
+        assistant = await agent.build_agent(session, store, CALLER, ROOM_SID, model=model)
+        assert assistant.resumed
         await session.start(assistant)
         await session.current_speech.wait_for_playout()
         await session.run(user_input="Friday, please.")
-    await call.aclose()
+    await assistant.call.aclose("participant hung up")
 
     first = model.replies[0]
     said = [(i.role, i.text_content) for i in first.items if i.type == "message"]
@@ -51,22 +58,44 @@ async def test_the_next_worker_continues_the_call_instead_of_greeting(store):
 
 async def test_a_new_call_in_a_new_room_starts_with_a_greeting(store):
     await first_worker(store)
-    call = memory.CallMemory(store, CALLER, "RM_other")
-    assistant = await agent.resumed_assistant(call, model=ScriptedLLM())
+    assistant = await unstarted(store, CALLER, "RM_other")
     assert not assistant.resumed
     assert [i for i in assistant.chat_ctx.items if i.type == "message"] == []
-    await call.aclose()
+    await assistant.call.aclose("participant hung up")
 
 
-async def test_a_store_that_cannot_answer_starts_the_call_afresh(db_path):
-    class StuckStore(memory.SQLiteMemory):
-        async def exchanges(self, *args, **kwargs):
-            await asyncio.Event().wait()
-
-    store = StuckStore.open(db_path)
-    call = memory.CallMemory(store, CALLER, ROOM_SID)
+async def test_a_store_that_cannot_answer_starts_the_call_afresh(store):
+    stuck = Slow(store, "exchanges", gate=asyncio.Event())  # a gate never set: no answer
     assistant = await asyncio.wait_for(
-        agent.resumed_assistant(call, model=ScriptedLLM()), agent.RESUME_TIMEOUT + 2
+        unstarted(stuck, CALLER, ROOM_SID), agent.RESUME_TIMEOUT + 2
     )
     assert not assistant.resumed
+    await assistant.call.aclose("participant hung up")
+
+
+async def test_a_caller_without_memory_starts_afresh_without_a_warning(store, caplog):
+    with caplog.at_level(logging.WARNING, logger="agent"):
+        assistant = await unstarted(store, None, ROOM_SID)
+    assert not assistant.resumed and not assistant.call.enabled
+    assert "saved turns" not in caplog.text
+    await assistant.call.aclose("participant hung up")
+
+
+async def test_through_the_real_entrypoint_a_worker_that_takes_the_room_over_resumes(store_url):
+    # LiveKit's own job machinery runs the entrypoint (tests/livekit_job.py); both jobs
+    # are in the same room, as when a second worker gets the room after the first died.
+    first = run_job(
+        store_url, ["I need to move my appointment."], script=["Hello!", "Which day suits you?"]
+    )
+    assert first["returncode"] == 0 and "Traceback" not in first["log"], first["log"][-3000:]
+    store = memory.open_store(store_url)
+    (saved,) = await store.exchanges("alice")
+    assert saved.call_id.startswith("RM_")  # the room's sid names the call, not the job
     await store.close()
+
+    second = run_job(store_url, [], script=["Sorry, the line dropped. Which day suits you?"])
+    assert second["returncode"] == 0 and "Traceback" not in second["log"], second["log"][-3000:]
+    greeting = second["requests"][0]
+    assert ["user", "I need to move my appointment."] in greeting
+    assert ["assistant", "Which day suits you?"] in greeting
+    assert "Do not greet again" in greeting[-1][1]

@@ -12,6 +12,7 @@ from livekit.rtc._proto import handle_pb2, participant_pb2
 import agent
 import memory
 from tests.conftest import call
+from tests.livekit_job import run_job
 from tests.scripted_llm import ScriptedLLM, ToolCall
 
 NUMBER = "+15550100200"
@@ -92,7 +93,7 @@ async def test_no_fact_is_kept_from_a_caller_who_said_no(store):
 
 
 async def test_a_caller_who_agreed_before_is_captured_from_the_start(store):
-    await store.remember(NUMBER, "recording_consent", "yes")
+    await store.remember(NUMBER, memory.Fact.of("recording_consent", "yes"))
     model = ScriptedLLM(["Hello again!", "Noted."])
     async with call(store, NUMBER, model) as (session, _):
         await session.run(user_input="My flight is on Friday.")
@@ -163,6 +164,33 @@ async def test_an_outbound_call_nobody_answers_ends_before_memory_is_touched(liv
     with caplog.at_level(logging.INFO, logger="agent"):
         assert await agent.dial(lkapi, "room-1", NO_ANSWER) is False
     assert "did not connect" in caplog.text
-    # the entrypoint returns right after a False dial, before it builds CallMemory
+    # the entrypoint returns right after a False dial, before build_agent touches memory
     source = inspect.getsource(agent.entrypoint)
-    assert source.index("await dial(") < source.index("memory.CallMemory(")
+    assert source.index("await dial(") < source.index("build_agent(")
+
+
+async def test_through_the_real_entrypoint_a_sip_caller_is_remembered_by_number_after_yes(
+    store_url,
+):
+    # LiveKit's own job machinery runs the entrypoint (tests/livekit_job.py) with a SIP
+    # participant in the room, as LiveKit's SIP service adds the caller.
+    job = run_job(
+        store_url,
+        ["Yes, you may.", "My flight is on Friday."],
+        identity=f"sip_{NUMBER}",
+        sip_number="+1 (555) 010-0200",
+        script=[
+            "Hello! May I remember this call to help you next time?",
+            {"tool": "record_consent", "arguments": {"agreed": True}},
+            "Thank you.",
+            "Noted.",
+        ],
+    )
+    assert job["returncode"] == 0 and "Traceback" not in job["log"], job["log"][-3000:]
+    assert "ask whether you may remember this call" in job["requests"][0][-1][1]
+    store = memory.open_store(store_url)
+    assert [e.user_text for e in await store.exchanges(NUMBER)] == ["My flight is on Friday."]
+    assert [(f.kind, f.value) for f in (await store.profile(NUMBER)).facts] == [
+        ("recording_consent", "yes")
+    ]
+    await store.close()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import memory
 from tests.conftest import call
+from tests.doubles import Failing
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
 
 CALLER = "caller-1"
@@ -16,7 +15,7 @@ def tool_output(request) -> str:
 
 
 async def test_no_request_carries_a_memory_block_and_the_profile_is_in_the_instructions(store):
-    await store.remember(CALLER, "name", "Maria")
+    await store.remember(CALLER, memory.Fact.of("name", "Maria"))
     model = ScriptedLLM(["Hi Maria!", "Sure."])
     async with call(store, CALLER, model) as (session, _):
         await session.run(user_input="Can you help me?")
@@ -38,19 +37,14 @@ async def test_the_recall_tool_finds_what_an_earlier_call_said(store):
     assert "My sister Ana is vegetarian." in tool_output(model.requests[-1])
 
 
-async def test_a_failing_store_answers_the_tool_with_a_sentence(db_path):
-    class FailingStore(memory.SQLiteMemory):
-        async def recall(self, *args, **kwargs):
-            raise sqlite3.OperationalError("database is locked")
-
-    store = FailingStore.open(db_path)
+async def test_a_failing_store_answers_the_tool_with_a_sentence(store):
+    failing = Failing(store, "recall")
     model = ScriptedLLM(["Hello!", ToolCall("recall_memory", {"query": "sister"}), "Sorry."])
-    async with call(store, CALLER, model) as (session, _):
+    async with call(failing, CALLER, model) as (session, _):
         result = await session.run(user_input="What does my sister eat?")
         result.expect.next_event().is_function_call(name="recall_memory")
         result.expect.next_event().is_function_call_output(is_error=False)
     assert tool_output(model.requests[-1]) == memory.MEMORY_UNAVAILABLE
-    await store.close()
 
 
 async def test_exchanges_are_still_captured(store):
