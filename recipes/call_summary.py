@@ -18,7 +18,7 @@ Copy it into your agent: put this file, memory.py and your backend's store file
 memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
 reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
 to the Agent as `self.call`, its preload, `start_capture(session, call)`) and
-`call.aclose` as a shutdown callback. Then build your Agent on this file's
+`call.on_shutdown` as a shutdown callback. Then build your Agent on this file's
 `Assistant` (tests/test_recipes.py does exactly that), or copy
 `summarize_call` and the `call.summarize = ...` line into your own Agent and
 `close_call` with `SUMMARY_TIMEOUT` into your entrypoint.

@@ -17,7 +17,7 @@ Copy it into your agent: put this file, memory.py and your backend's store file
 memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
 reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
 to the Agent as `self.call`, its preload, `start_capture(session, call)`) and
-`call.aclose` as a shutdown callback. Then build your Agent on this file's
+`call.on_shutdown` as a shutdown callback. Then build your Agent on this file's
 `Assistant` (tests/test_recipes.py does exactly that), or copy the `forget`
 tool, the two instruction lines and `self._forget_request = None` in `__init__` into
 your own Agent.
@@ -277,9 +277,8 @@ async def entrypoint(ctx: JobContext) -> None:
     assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, ctx.job.id)
     # A hang-up closes the session and then the job; the job waits for shutdown
     # callbacks (up to shutdown_process_timeout), so the last writes land here.
-    # LiveKit passes a callback that takes an argument the shutdown reason (a str):
-    # CallMemory.aclose takes it as `reason`, its timeout is keyword-only.
-    ctx.add_shutdown_callback(assistant.call.aclose)
+    # LiveKit calls a shutdown callback that takes an argument with the reason (a str).
+    ctx.add_shutdown_callback(assistant.call.on_shutdown)
     await session.start(
         agent=assistant,
         room=ctx.room,

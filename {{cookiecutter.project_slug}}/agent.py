@@ -221,7 +221,7 @@ async def entrypoint(ctx: JobContext) -> None:
     assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, ctx.job.id)
     # A hang-up closes the session and then the job; the job waits for shutdown
     # callbacks (up to shutdown_process_timeout), so the last writes land here.
-    # LiveKit passes a callback that takes an argument the shutdown reason (a str).
+    # LiveKit calls a shutdown callback that takes an argument with the reason (a str).
     ctx.add_shutdown_callback(assistant.call.on_shutdown)
     await session.start(
         agent=assistant,

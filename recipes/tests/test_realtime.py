@@ -17,6 +17,7 @@ from livekit.agents.llm import realtime
 import agent
 import memory
 from tests.conftest import call
+from tests.livekit_job import run_job
 
 CALLER = "caller-1"
 
@@ -212,3 +213,22 @@ async def test_the_real_model_is_built_with_input_transcription(monkeypatch):
         assert model.capabilities.user_transcription  # or nothing could be captured
     finally:
         await model.aclose()
+
+
+async def test_the_real_entrypoint_gives_the_provider_the_profile_and_saves_the_call(store_url):
+    # The entrypoint run by LiveKit's own job machinery (tests/livekit_job.py), with
+    # the scripted realtime model standing in for the provider.
+    stand_in = "tests.test_recipe_realtime:ScriptedRealtime"
+    first = run_job(
+        store_url, ["My sister Ana is vegetarian."], script=["Hello!", "Good to know."], model=stand_in
+    )
+    assert first["returncode"] == 0 and "Traceback" not in first["log"], first["log"][-3000:]
+    store = memory.open_store(store_url)
+    assert [(e.user_text, e.assistant_text) for e in await store.exchanges("alice")] == [
+        ("My sister Ana is vegetarian.", "Good to know.")
+    ]
+    assert len((await store.profile("alice")).summaries) == 1  # the shutdown callback ran
+    await store.close()
+    second = run_job(store_url, ["What does my sister eat?"], script=["Hi again!"], model=stand_in)
+    assert second["returncode"] == 0 and "Traceback" not in second["log"], second["log"][-3000:]
+    assert any("My sister Ana is vegetarian." in i for i in second["instructions"])

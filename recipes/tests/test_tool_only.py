@@ -5,6 +5,7 @@ from __future__ import annotations
 import memory
 from tests.conftest import call
 from tests.doubles import Failing
+from tests.livekit_job import run_job
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
 
 CALLER = "caller-1"
@@ -53,3 +54,39 @@ async def test_exchanges_are_still_captured(store):
     assert [(e.user_text, e.assistant_text) for e in await store.exchanges(CALLER)] == [
         ("My flight is on Friday.", "Noted.")
     ]
+
+
+async def test_the_real_entrypoint_keeps_the_profile_in_the_instructions_and_saves_the_call(
+    store_url,
+):
+    # The entrypoint run by LiveKit's own job machinery (tests/livekit_job.py): prewarm,
+    # the console's mock room, typed turns, and the shutdown callback at the hang-up.
+    first = run_job(
+        store_url,
+        ["Hi, I'm Maria.", "My sister Ana is vegetarian."],
+        script=[
+            "Hello!",
+            {"tool": "remember", "arguments": {"kind": "name", "value": "Maria"}},
+            "Hi Maria.",
+            "Noted.",
+        ],
+    )
+    assert first["returncode"] == 0 and "Traceback" not in first["log"], first["log"][-3000:]
+    second = run_job(
+        store_url,
+        ["What does my sister eat?"],
+        script=[
+            "Welcome back, Maria!",
+            {"tool": "recall_memory", "arguments": {"query": "sister eats"}},
+            "Vegetarian.",
+        ],
+    )
+    assert second["returncode"] == 0 and "Traceback" not in second["log"], second["log"][-3000:]
+    instructions = second["requests"][0][0][1]
+    assert "name: Maria" in instructions  # the profile, put there by on_enter
+    (found,) = [text for role, text in second["requests"][-1] if role == "tool"]
+    assert "My sister Ana is vegetarian." in found
+    store = memory.open_store(store_url)
+    assert [e.user_text for e in await store.exchanges("alice")][-1] == "What does my sister eat?"
+    assert len((await store.profile("alice")).summaries) == 2
+    await store.close()

@@ -17,12 +17,14 @@ was sent, the log and the child's exit code. In the child:
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +40,29 @@ def run_job(
     sip_number: str | None = None,
     metadata: dict[str, Any] | None = None,
     script: list[Any] | None = None,
-    hang_up: str = "participant hung up",
+    model: str = "tests.scripted_llm:ScriptedLLM",
     timeout: float = 90,
 ) -> dict[str, Any]:
-    """One call through the real entrypoint. ``identity`` (and ``sip_number``, which
-    makes the caller a SIP participant) is who joins the mock room; ``metadata`` is
-    the dispatch's job metadata; ``script`` the scripted model's replies (texts, or
-    {"tool": name, "arguments": {...}}). Returns {"requests": [[[role, text], ...],
-    ...], "history": [[role, text], ...], "returncode": int, "log": str}."""
+    """One call through the real entrypoint, as a new job (its own job id, the call id
+    of most agents). ``identity`` (and ``sip_number``, which makes the caller a SIP
+    participant) is who joins the mock room; ``metadata`` is the dispatch's job
+    metadata; ``script`` the scripted model's replies (texts, or {"tool": name,
+    "arguments": {...}}); ``model`` the "module:class" that stands in for the provider
+    (given the script), e.g. a scripted realtime model.
+
+    Returns {"job_id": str, "requests": [[[role, text], ...], ...] (every request the
+    stand-in received; a tool's answer appears as ["tool", output]), "history":
+    [[role, text], ...], "instructions": [str, ...] (a realtime stand-in's),
+    "returncode": int, "log": str}."""
     spec = {
+        "job_id": f"job-{uuid.uuid4().hex[:12]}",  # a new call each time, as in production
         "memory_url": memory_url,
         "turns": turns,
         "identity": identity,
         "sip_number": sip_number,
         "metadata": json.dumps(metadata) if metadata is not None else "",
         "script": script or [],
-        "hang_up": hang_up,
+        "model": model,
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEKIT_")}
     done = subprocess.run(
@@ -96,16 +105,18 @@ def _child(spec: dict[str, Any]) -> int:
     from livekit.protocol import models
 
     import agent
-    from tests.scripted_llm import ScriptedLLM, ToolCall
+    from tests.scripted_llm import ToolCall
 
     script = [
         ToolCall(r["tool"], r.get("arguments", {})) if isinstance(r, dict) else r
         for r in spec["script"]
     ]
-    models_made: list[ScriptedLLM] = []
+    module, name = spec["model"].split(":")
+    stand_in = getattr(importlib.import_module(module), name)
+    models_made: list[Any] = []
 
-    def scripted_llm() -> ScriptedLLM:
-        model = ScriptedLLM(list(script))
+    def scripted_llm() -> Any:
+        model = stand_in(list(script))
         models_made.append(model)
         return model
 
@@ -138,7 +149,7 @@ def _child(spec: dict[str, Any]) -> int:
     async def launch() -> None:
         # AgentServer.simulate_job, with the dispatch's metadata
         job = agent_pb.Job(
-            id="job-entrypoint-test",
+            id=spec["job_id"],
             room=models.Room(sid="RM_entrypoint_test", name="console-room"),
             type=agent_pb.JobType.JT_ROOM,
             metadata=spec["metadata"],
@@ -197,16 +208,26 @@ def _child(spec: dict[str, Any]) -> int:
     started = time.monotonic()
     asyncio.run(main())
     result = {
+        "job_id": spec["job_id"],
         "requests": [
-            [[i.role, i.text_content or ""] for i in r.items if i.type == "message"]
+            [_said(i) for i in r.items if i.type in ("message", "function_call_output")]
             for m in models_made
-            for r in m.requests
+            for r in getattr(m, "requests", [])
         ],
         "history": history,
+        # what a realtime stand-in was told (it gets instructions, not requests)
+        "instructions": [i for m in models_made for i in getattr(m, "instructions", [])],
         "seconds": time.monotonic() - started,
     }
     print(RESULT + json.dumps(result), flush=True)
     return 0
+
+
+def _said(item: Any) -> list[str]:
+    # a message as [role, text]; a tool's answer as ["tool", output]
+    if item.type == "function_call_output":
+        return ["tool", item.output]
+    return [item.role, item.text_content or ""]
 
 
 if __name__ == "__main__":

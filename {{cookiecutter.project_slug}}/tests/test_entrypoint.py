@@ -39,7 +39,6 @@ async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hea
         ["Hi, I'm Maria.", "My sister Ana is vegetarian.", "Thanks, bye."],
         identity="maria@example.com",
         script=SCRIPT,
-        hang_up="participant hung up",
     )
     assert_clean(first)
     store = memory.open_store(store_url)
@@ -51,7 +50,7 @@ async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hea
     ]
     profile = await store.profile("maria@example.com")
     # The shutdown callback ran with LiveKit's reason argument and saved the summary.
-    assert [s.call_id for s in profile.summaries] == ["job-entrypoint-test"]
+    assert [s.call_id for s in profile.summaries] == [first["job_id"]]
     assert "My sister Ana is vegetarian." in profile.summaries[0].text
     assert [(f.kind, f.value) for f in profile.facts] == [("name", "Maria")]
     await store.close()
