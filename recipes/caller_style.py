@@ -11,7 +11,7 @@ note is a fact whose kind starts with `memory.STYLE_PREFIX` ("style_length",
 be mentioned, apart from the facts.
 
 Copy it into your agent: put this file, memory.py and your backend's store file
-(sqlite_store.py by default) next to your agent file. Your agent needs agent.py's
+(`<backend>_store.py`) next to your agent file. Your agent needs agent.py's
 memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
 reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
 to the Agent as `self.call`, its preload, `start_capture(session, call)`) and

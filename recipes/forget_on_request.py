@@ -13,7 +13,7 @@ which every backend implements); "everything" and "this_call" also switch captur
 off for the rest of the call, so nothing said afterwards brings it back.
 
 Copy it into your agent: put this file, memory.py and your backend's store file
-(sqlite_store.py by default) next to your agent file. Your agent needs agent.py's
+(`<backend>_store.py`) next to your agent file. Your agent needs agent.py's
 memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
 reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
 to the Agent as `self.call`, its preload, `start_capture(session, call)`) and

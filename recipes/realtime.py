@@ -25,7 +25,7 @@ instructions, the recall tool, capture from late transcripts, the guard for miss
 transcription. Not tested: a real provider's audio path.
 
 Copy it into your agent: put this file, memory.py and your backend's store file
-(sqlite_store.py by default) next to your agent file. Your agent needs agent.py's
+(`<backend>_store.py`) next to your agent file. Your agent needs agent.py's
 memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
 reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
 to the Agent as `self.call`, its preload, `start_capture(session, call)`) and

@@ -18,7 +18,7 @@ dispatch with `{"dial": "+15550100200"}` in its metadata rings that number throu
 memory is read or written. Recall is the same as agent.py's.
 
 Copy it into your agent: put this file, memory.py and your backend's store file
-(sqlite_store.py by default) next to your agent file. Your agent needs agent.py's
+(`<backend>_store.py`) next to your agent file. Your agent needs agent.py's
 memory wiring: the store opened once per process in `prewarm` (`memory.open_store()`
 reads MEMORY_URL), then per call what `build_agent` does (a `memory.CallMemory` given
 to the Agent as `self.call`, its preload, `start_capture(session, call)`) and
