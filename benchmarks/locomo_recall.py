@@ -573,7 +573,7 @@ def markdown(summary: dict[str, Any], lat: dict[str, Any], cap: int, recall_limi
             "(1 exchange ~ 2 turns; the BM25 reference ranks single turns)"
         ),
         "",
-        "| category | n | agent block | recency block | R@5 exch. | R@10 exch. | BM25 ref. R@5 turns | R@10 turns |",
+        "| category | n | agent block | recency block | R@5 exch. | R@10 exch. | BM25 ref. R@5 turns | R@10 turns |",  # noqa: E501 (a table row)
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for key, row in summary.items():
@@ -759,8 +759,8 @@ def main() -> None:
     )
     c = result["counts"]
     print(
-        f"\n{c['questions_scored']} questions scored ({c['questions_skipped_no_evidence']} without usable "
-        f"evidence skipped); evidence turns only in a greeting (not saved): {c['greeting_evidence_turns']} "
+        f"\n{c['questions_scored']} questions scored ({c['questions_skipped_no_evidence']} without usable "  # noqa: E501
+        f"evidence skipped); evidence turns only in a greeting (not saved): {c['greeting_evidence_turns']} "  # noqa: E501
         f"distinct turns, in {c['questions_with_greeting_evidence']} questions; memory warnings: "
         f"{sum(c['memory_warnings'].values())}; run time {result['timing_s']['total']:.0f} s"
     )

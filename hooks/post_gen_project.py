@@ -13,9 +13,12 @@ import shutil
 import sys
 from pathlib import Path
 
-# tojson escapes ' as \u0027, so the answers cannot end this raw string early.
+# tojson escapes ' as \u0027, so the answers cannot end this raw string early (and
+# the formatter must keep its quotes: JSON is full of double quotes).
+# fmt: off
 ANSWERS = json.loads(r'''{{ cookiecutter | tojson }}''')
 KIT_DIR = Path(json.loads(r'''{{ kit_dir | tojson }}'''))
+# fmt: on
 PROJECT = Path.cwd()
 
 # agent.py setting -> the answer that sets it
@@ -67,7 +70,9 @@ def place_recipe(name: str) -> None:
         return
     shutil.copyfile(KIT_DIR / "recipes" / f"{name}.py", PROJECT / "agent.py")
     tests = PROJECT / "tests"
-    shutil.copyfile(KIT_DIR / "recipes" / "tests" / f"test_{name}.py", tests / f"test_recipe_{name}.py")
+    shutil.copyfile(
+        KIT_DIR / "recipes" / "tests" / f"test_{name}.py", tests / f"test_recipe_{name}.py"
+    )
     for test_file in DEFAULT_TESTS_NOT_FOR.get(name, []):
         (tests / test_file).unlink()
 
@@ -82,7 +87,11 @@ def set_agent_settings() -> None:
         # json.dumps gives a valid Python string literal too; a function replacement
         # keeps re.sub from reading backslashes in it as escapes.
         assignment = f"{setting} = {json.dumps(ANSWERS[answer])}"
-        source = line.sub(lambda m, text=assignment: text + (m["comment"] or ""), source)
+
+        def keep_comment(m: re.Match[str], text: str = assignment) -> str:
+            return text + (m["comment"] or "")
+
+        source = line.sub(keep_comment, source)
     path.write_text(source)
 
 

@@ -10,9 +10,12 @@ import re
 import sys
 from pathlib import Path
 
-# tojson escapes ' as \u0027, so the answers cannot end this raw string early.
+# tojson escapes ' as \u0027, so the answers cannot end this raw string early (and
+# the formatter must keep its quotes: JSON is full of double quotes).
+# fmt: off
 ANSWERS = json.loads(r'''{{ cookiecutter | tojson }}''')
 KIT_DIR = json.loads(r'''{{ kit_dir | tojson }}''')
+# fmt: on
 
 # LiveKit Inference model strings: "provider/model", optionally ":variant".
 # https://docs.livekit.io/agents/models/
@@ -21,7 +24,8 @@ MODEL_STRING = r"[a-z0-9-]+/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?"
 RULES = {
     "project_slug": (
         r"[a-z][a-z0-9]*(-[a-z0-9]+)*",
-        "lower-case letters, digits and single dashes, starting with a letter, at most 50 characters",
+        "lower-case letters, digits and single dashes, starting with a letter, "
+        "at most 50 characters",
     ),
     "agent_name": (
         r"[A-Za-z0-9][A-Za-z0-9_-]*",
@@ -43,8 +47,12 @@ MAX_CHARS = {
 # memory_backends/, a recipe is a file in recipes/ ("default" is agent.py itself).
 TEMPLATE_DIR = Path(KIT_DIR) / "{{ '{{cookiecutter.project_slug}}' }}"
 CHOICES = {
-    "memory_backend": sorted(p.name for p in (TEMPLATE_DIR / "memory_backends").iterdir() if p.is_dir() and p.name[0] not in "_."),
-    "recipe": ["default"] + sorted(p.stem for p in (Path(KIT_DIR) / "recipes").glob("*.py")),
+    "memory_backend": sorted(
+        p.name
+        for p in (TEMPLATE_DIR / "memory_backends").iterdir()
+        if p.is_dir() and p.name[0] not in "_."
+    ),
+    "recipe": ["default", *sorted(p.stem for p in (Path(KIT_DIR) / "recipes").glob("*.py"))],
 }
 
 
@@ -73,7 +81,8 @@ def check_choice(name: str) -> None:
 def main() -> None:
     if not KIT_DIR:
         fail(
-            "the template was loaded without local_extensions.py; run cookiecutter on the repository itself."
+            "the template was loaded without local_extensions.py; "
+            "run cookiecutter on the repository itself."
         )
     if not str(ANSWERS.get("project_name", "")).strip():
         fail("project_name is empty; give the project a name.")

@@ -139,6 +139,7 @@ class Assistant(Agent):
         request = llm.ChatContext()
         request.add_message(role="system", content=SUMMARY_INSTRUCTIONS)
         request.add_message(role="user", content=transcript)
+        assert isinstance(self.llm, llm.LLM)  # this Assistant is built with a text LLM
         return (await self.llm.chat(chat_ctx=request).collect()).text
 
     @function_tool
@@ -251,7 +252,7 @@ async def entrypoint(ctx: JobContext) -> None:
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     caller_id = caller_or_none(participant, dispatch)
 
-    session = AgentSession(
+    session: AgentSession = AgentSession(
         stt=inference.STT(model=STT_MODEL),
         tts=inference.TTS(model=TTS_MODEL),
         vad=ctx.proc.userdata["vad"],

@@ -100,7 +100,7 @@ class Assistant(Agent):
         self,
         call: memory.CallMemory,
         *,
-        model: llm.RealtimeModel | None = None,
+        model: llm.LLM | llm.RealtimeModel | None = None,
         profile: str | None = None,
     ) -> None:
         instructions = f"{INSTRUCTIONS}\n\n{profile}" if profile else INSTRUCTIONS
@@ -108,8 +108,9 @@ class Assistant(Agent):
         self.call = call
 
     async def on_enter(self) -> None:
-        realtime = isinstance(self.llm, llm.RealtimeModel)
-        if self.call.enabled and realtime and not self.llm.capabilities.user_transcription:
+        model = self.llm
+        hears = not isinstance(model, llm.RealtimeModel) or model.capabilities.user_transcription
+        if self.call.enabled and not hears:
             # No transcripts means no user items: saving would keep only the agent's side.
             logger.error(
                 "memory capture is OFF for this call: the realtime model has no input "
@@ -150,7 +151,7 @@ async def build_agent(
     caller_id: str | None,
     call_id: str,
     *,
-    model: llm.RealtimeModel | None = None,
+    model: llm.LLM | llm.RealtimeModel | None = None,
 ) -> Assistant:
     """Everything memory needs for one call, wired once: the entrypoint, the demo, the
     tests and the benchmarks all build the agent here. Waits for the caller's profile
@@ -243,7 +244,7 @@ async def entrypoint(ctx: JobContext) -> None:
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     caller_id = caller_or_none(participant, dispatch)
 
-    session = AgentSession()  # the Assistant's realtime model hears and speaks
+    session: AgentSession = AgentSession()  # the Assistant's realtime model hears and speaks
     assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, ctx.job.id)
     # A hang-up closes the session and then the job; the job waits for shutdown
     # callbacks (up to shutdown_process_timeout), so the last writes land here.

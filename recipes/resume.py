@@ -178,7 +178,7 @@ async def build_agent(
 async def resumed_assistant(call: memory.CallMemory, *, model: llm.LLM | None = None) -> Assistant:
     """The Assistant for this call: with the call's saved turns as its chat context
     when a worker before this one ran the call, else a fresh one."""
-    if not call.enabled:  # memory off: nothing was saved to continue from
+    if call.caller_id is None:  # memory off: nothing was saved to continue from
         return Assistant(call, model=model)
     try:
         saved = await asyncio.wait_for(
@@ -281,7 +281,7 @@ async def entrypoint(ctx: JobContext) -> None:
     participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
     caller_id = caller_or_none(participant, dispatch)
 
-    session = AgentSession(
+    session: AgentSession = AgentSession(
         stt=inference.STT(model=STT_MODEL),
         tts=inference.TTS(model=TTS_MODEL),
         vad=ctx.proc.userdata["vad"],

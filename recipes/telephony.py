@@ -281,10 +281,10 @@ async def entrypoint(ctx: JobContext) -> None:
     ctx.log_context_fields = {"room": ctx.room.name}
     dispatch = dispatch_metadata(ctx.job.metadata)
     await ctx.connect()
-    if number := dispatch.get("dial"):
-        if not await dial(ctx.api, ctx.room.name, number):
-            ctx.shutdown(reason="outbound call not answered")
-            return
+    number = dispatch.get("dial")
+    if number and not await dial(ctx.api, ctx.room.name, number):
+        ctx.shutdown(reason="outbound call not answered")
+        return
     # The caller is the SIP participant (the dispatch may name it); a supervisor or
     # observer who joins from the web is never taken for the caller.
     participant = await ctx.wait_for_participant(
@@ -292,7 +292,7 @@ async def entrypoint(ctx: JobContext) -> None:
     )
     caller_id = caller_or_none(participant, dispatch)
 
-    session = AgentSession(
+    session: AgentSession = AgentSession(
         stt=inference.STT(model=STT_MODEL),
         tts=inference.TTS(model=TTS_MODEL),
         vad=ctx.proc.userdata["vad"],

@@ -130,11 +130,11 @@ def _definitions(path: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found[node.name] = ast.get_source_segment(source, node)
+            found[node.name] = ast.get_source_segment(source, node) or ""
         elif isinstance(node, ast.ClassDef) and node.name == "Assistant":
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    found[f"Assistant.{item.name}"] = ast.get_source_segment(source, item)
+                    found[f"Assistant.{item.name}"] = ast.get_source_segment(source, item) or ""
     return found
 
 

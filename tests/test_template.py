@@ -31,7 +31,7 @@ COMBINATIONS = [
     {
         "memory_backend": backend,
         "recipe": recipe,
-        "suite": "all" if DEFAULT_BACKEND == backend or recipe == DEFAULT_RECIPE else "storage",
+        "suite": "all" if backend == DEFAULT_BACKEND or recipe == DEFAULT_RECIPE else "storage",
     }
     for backend, recipe in itertools.product(CHOICES["memory_backend"], CHOICES["recipe"])
 ]
@@ -217,6 +217,30 @@ def test_every_choice_renders_and_its_own_tests_pass(cookies, answers):
     )
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
     assert re.search(r"\d+ passed", tests.stdout)
+    if suite == "all":  # (the other pairs hold no file these do not)
+        lint_and_type_check(result.project_path, "generated project")
+
+
+# One mypy cache per test worker: reused across renders, never written by two at once.
+MYPY_CACHE = Path(os.environ.get("TMPDIR", "/tmp")) / (
+    f"kit-mypy-cache-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+)
+
+
+def lint_and_type_check(where: Path, what: str, paths: tuple[str, ...] = (".",)) -> None:
+    """ruff (lint and format) and mypy, with the settings of the pyproject in ``where``."""
+    tools = Path(sys.executable).parent
+    for command in (
+        [str(tools / "ruff"), "check", "--no-cache", *paths],
+        [str(tools / "ruff"), "format", "--check", "--no-cache", *paths],
+        [str(tools / "mypy"), "--cache-dir", str(MYPY_CACHE), *paths],
+    ):
+        done = run(command, cwd=where)
+        assert done.returncode == 0, f"{what}: {' '.join(command[:2])}\n{done.stdout[-3000:]}"
+
+
+def test_the_kit_itself_passes_ruff_and_mypy():
+    lint_and_type_check(ROOT, "kit", ("hooks", "tests", "benchmarks", "local_extensions.py"))
 
 
 @pytest.mark.parametrize("recipe", CHOICES["recipe"])

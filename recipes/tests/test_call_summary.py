@@ -27,7 +27,7 @@ def summarizing(summary) -> ScriptedLLM:
 
 async def test_the_next_call_greets_with_the_models_summary_of_the_last(store):
     model = summarizing(SUMMARY)
-    async with call(store, CALLER, model) as (session, call_memory):
+    async with call(store, CALLER, model) as (session, _):
         await session.run(user_input="Can I move my dentist appointment to Friday?")
     summary_request = model.requests[-1]
     assert "Caller: Can I move my dentist appointment to Friday?" in str(summary_request.items)

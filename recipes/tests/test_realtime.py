@@ -152,7 +152,7 @@ class ScriptedRealtime(realtime.RealtimeModel):
 async def realtime_call(store, model: ScriptedRealtime, call_id: str = "call-1"):
     """A call as the entrypoint makes it: a session without STT, LLM or TTS (the
     realtime model hears and speaks), the agent from agent.build_agent."""
-    session = AgentSession()
+    session: AgentSession = AgentSession()
     assistant = await agent.build_agent(session, store, CALLER, call_id, model=model)
     await session.start(assistant)
     await asyncio.sleep(0.2)  # the greeting
@@ -220,7 +220,10 @@ async def test_the_real_entrypoint_gives_the_provider_the_profile_and_saves_the_
     # the scripted realtime model standing in for the provider.
     stand_in = "tests.test_recipe_realtime:ScriptedRealtime"
     first = run_job(
-        store_url, ["My sister Ana is vegetarian."], script=["Hello!", "Good to know."], model=stand_in
+        store_url,
+        ["My sister Ana is vegetarian."],
+        script=["Hello!", "Good to know."],
+        model=stand_in,
     )
     assert first["returncode"] == 0 and "Traceback" not in first["log"], first["log"][-3000:]
     store = memory.open_store(store_url)

@@ -26,8 +26,9 @@ async def unstarted(store, caller_id: str | None, call_id: str) -> agent.Assista
 async def first_worker(store) -> None:
     """Runs part of a call, then dies: no session close, no flush, no summary."""
     model = ScriptedLLM(["Hello!", "Which day suits you?"])
-    session = AgentSession(llm=model)
+    session: AgentSession = AgentSession(llm=model)
     await session.start(await agent.build_agent(session, store, CALLER, ROOM_SID, model=model))
+    assert session.current_speech is not None  # the greeting
     await session.current_speech.wait_for_playout()
     await session.run(user_input="I need to move my appointment.")
     await asyncio.sleep(0.1)  # the background write lands; then the process is gone
@@ -66,9 +67,7 @@ async def test_a_new_call_in_a_new_room_starts_with_a_greeting(store):
 
 async def test_a_store_that_cannot_answer_starts_the_call_afresh(store):
     stuck = Slow(store, "exchanges", gate=asyncio.Event())  # a gate never set: no answer
-    assistant = await asyncio.wait_for(
-        unstarted(stuck, CALLER, ROOM_SID), agent.RESUME_TIMEOUT + 2
-    )
+    assistant = await asyncio.wait_for(unstarted(stuck, CALLER, ROOM_SID), agent.RESUME_TIMEOUT + 2)
     assert not assistant.resumed
     await assistant.call.aclose("participant hung up")
 

@@ -160,7 +160,7 @@ async def test_an_outbound_call_that_is_answered_goes_ahead(livekit_api):
 
 
 async def test_an_outbound_call_nobody_answers_ends_before_memory_is_touched(livekit_api, caplog):
-    lkapi, dialed = livekit_api
+    lkapi, _ = livekit_api
     with caplog.at_level(logging.INFO, logger="agent"):
         assert await agent.dial(lkapi, "room-1", NO_ANSWER) is False
     assert "did not connect" in caplog.text
