@@ -1,0 +1,157 @@
+"""The operator's command for caller memory, for every backend (through memory.MemoryStore).
+
+    uv run memory_admin.py stats                      # how much is stored
+    uv run memory_admin.py callers [--after ID] [--limit N]
+    uv run memory_admin.py show CALLER_ID             # one caller's memory, readable
+    uv run memory_admin.py export CALLER_ID [--out FILE]   # the same as JSON (portability)
+    uv run memory_admin.py forget CALLER_ID --yes     # erase everything about a caller
+    uv run memory_admin.py purge                      # apply the retention settings now
+    uv run memory_admin.py purge --what exchanges --older-than-days 90
+
+It opens the store MEMORY_URL names (the environment or .env.local), as the worker does.
+It prints one caller's data only when given that caller's id, never another's. Exit
+status: 0 done, 1 the store failed (the message says why), 2 a bad command or caller id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from dotenv import load_dotenv
+
+import memory
+
+load_dotenv(Path(__file__).with_name(".env.local"))
+
+DAY = 86_400.0
+
+
+class UsageError(Exception):
+    """A command that cannot run as given (exit status 2)."""
+
+
+async def export(store: memory.MemoryStore, caller_id: str) -> dict[str, Any]:
+    """Everything stored about one caller as JSON-ready data: {"caller_id", "exported_at"
+    (seconds since the epoch), "facts", "summaries", "exchanges" (oldest first)}."""
+    profile = await store.profile(caller_id)
+    return {
+        "caller_id": caller_id,
+        "exported_at": time.time(),
+        "facts": [asdict(f) for f in profile.facts],
+        "summaries": [asdict(s) for s in await store.summaries(caller_id)],
+        "exchanges": [asdict(e) for e in await store.exchanges(caller_id)],
+    }
+
+
+def show(data: dict[str, Any]) -> str:
+    """One caller's export as lines an operator reads (dates are UTC)."""
+    lines = [f"caller {data['caller_id']}"]
+    lines.append(f"facts ({len(data['facts'])}):")
+    lines += [f"  {memory.fact_label(f['kind'])}: {f['value']}" for f in data["facts"]]
+    lines.append(f"call summaries ({len(data['summaries'])}):")
+    lines += [f"  {_day(s['created_at'])} {s['call_id']}: {s['text']}" for s in data["summaries"]]
+    lines.append(f"exchanges ({len(data['exchanges'])}):")
+    for e in data["exchanges"]:
+        lines.append(f"  {_day(e['created_at'])} caller: {e['user_text']!r}")
+        if e["assistant_text"]:
+            lines.append(f"  {'':10} agent:  {e['assistant_text']!r}")
+    return "\n".join(lines)
+
+
+def _day(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+async def run(args: argparse.Namespace, out: Any) -> None:
+    caller = None
+    if getattr(args, "caller_id", None) is not None:
+        try:
+            caller = memory.validate_caller_id(args.caller_id)
+        except memory.InvalidCallerId as exc:
+            raise UsageError(str(exc)) from None
+    if args.command == "forget" and not args.yes:
+        raise UsageError(f"forget erases everything about {caller}; add --yes to do it")
+    if args.command == "purge" and args.what and args.older_than_days is None:
+        raise UsageError("--what needs --older-than-days")
+    store = memory.open_store()
+    try:
+        if args.command == "stats":
+            print(json.dumps(await store.stats(), indent=2), file=out)
+        elif args.command == "callers":
+            for found in await store.callers(after=args.after, limit=args.limit):
+                print(found, file=out)
+        elif args.command in ("show", "export"):
+            assert caller is not None
+            data = await export(store, caller)
+            if args.command == "show":
+                print(show(data), file=out)
+            elif args.out:
+                Path(args.out).write_text(json.dumps(data, indent=2, ensure_ascii=False))
+                print(f"exported {caller} to {args.out}", file=out)
+            else:
+                print(json.dumps(data, indent=2, ensure_ascii=False), file=out)
+        elif args.command == "forget":
+            assert caller is not None
+            n = await store.forget(caller, timeout=60.0)
+            print(f"forgot {caller}: {n} rows deleted", file=out)
+        elif args.command == "purge":
+            if args.what:
+                days = {what: None for what in memory.PURGEABLE}
+                days[args.what] = args.older_than_days
+                retention = memory.Retention(**{f"{k}_days": v for k, v in days.items()})
+            else:
+                retention = memory.Retention.from_env()
+            if not retention.any:
+                raise UsageError(
+                    "nothing to purge: set MEMORY_KEEP_EXCHANGES_DAYS (or _SUMMARIES_, "
+                    "_FACTS_) or give --what and --older-than-days"
+                )
+            deleted = await memory.purge_expired(store, retention)
+            print(json.dumps(deleted), file=out)
+    finally:
+        await store.close()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memory_admin.py", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("stats", help="counts of callers, exchanges, facts and summaries")
+    callers = sub.add_parser("callers", help="caller ids, in order, a page at a time")
+    callers.add_argument("--after", default="", help="list the ids after this one")
+    callers.add_argument("--limit", type=int, default=100)
+    for name, text in [("show", "one caller's memory"), ("export", "one caller's memory as JSON")]:
+        command = sub.add_parser(name, help=text)
+        command.add_argument("caller_id")
+        if name == "export":
+            command.add_argument("--out", help="write to this file instead of standard output")
+    forget = sub.add_parser("forget", help="erase everything about one caller")
+    forget.add_argument("caller_id")
+    forget.add_argument("--yes", action="store_true", help="really erase")
+    purge = sub.add_parser("purge", help="delete what is older than the retention settings")
+    purge.add_argument("--what", choices=memory.PURGEABLE)
+    purge.add_argument("--older-than-days", type=float)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        asyncio.run(run(args, sys.stdout))
+    except UsageError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a driver's own error too: one line, not a traceback
+        print(f"ERROR: the memory store failed: {exc!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

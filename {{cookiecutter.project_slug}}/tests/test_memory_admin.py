@@ -1,0 +1,133 @@
+"""The operator command (memory_admin.py) against this project's backend, run as an
+operator runs it: a process with MEMORY_URL in its environment."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import memory
+from tests.doubles import InMemoryStore, make_exchange
+
+PROJECT = Path(__file__).resolve().parents[1]
+ALICE, BOB = "alice@example.com", "+15550100200"
+
+
+def admin(store_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "memory_admin.py", *args],
+        cwd=PROJECT,
+        env={**os.environ, "MEMORY_URL": store_url, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+async def two_callers(store):
+    await store.save(make_exchange(1, ALICE, "My sister Ana is vegetarian.", at=1000.0))
+    await store.save(make_exchange(2, ALICE, "I moved to Lisbon.", at=time.time()))
+    await store.remember(ALICE, memory.Fact.of("home city", "Lisbon"))
+    await store.save_summary(ALICE, "call-1", "Talked about a move to Lisbon.")
+    await store.save(make_exchange(3, BOB, "Bob's locker code is 4417.", at=time.time()))
+    await store.remember(BOB, memory.Fact.of("locker", "4417"))
+    return store
+
+
+async def test_stats_and_callers_list_what_is_stored(store_url, two_callers):
+    stats = admin(store_url, "stats")
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout) == {"callers": 2, "exchanges": 3, "facts": 2, "summaries": 1}
+    listed = admin(store_url, "callers", "--limit", "1")
+    assert listed.stdout.split() == [BOB]  # "+" sorts before letters
+    assert admin(store_url, "callers", "--after", BOB).stdout.split() == [ALICE]
+
+
+async def test_show_and_export_give_one_caller_and_never_another(store_url, two_callers, tmp_path):
+    shown = admin(store_url, "show", ALICE)
+    assert shown.returncode == 0, shown.stderr
+    assert "home city: Lisbon" in shown.stdout and "My sister Ana is vegetarian." in shown.stdout
+    assert "4417" not in shown.stdout and BOB not in shown.stdout
+    out = tmp_path / "alice.json"
+    exported = admin(store_url, "export", ALICE, "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    data = json.loads(out.read_text())
+    assert data["caller_id"] == ALICE
+    assert [e["user_text"] for e in data["exchanges"]] == [
+        "My sister Ana is vegetarian.",
+        "I moved to Lisbon.",
+    ]
+    assert [(f["kind"], f["value"]) for f in data["facts"]] == [("home_city", "Lisbon")]
+    assert "4417" not in out.read_text()
+
+
+async def test_forget_erases_one_caller_only_after_yes(store_url, two_callers):
+    refused = admin(store_url, "forget", ALICE)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    done = admin(store_url, "forget", ALICE, "--yes")
+    assert done.returncode == 0, done.stderr
+    check = memory.open_store(store_url)
+    assert (await check.profile(ALICE)).empty and await check.exchanges(ALICE) == []
+    assert len(await check.exchanges(BOB)) == 1
+    await check.close()
+
+
+async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(store_url, two_callers):
+    unset = admin(store_url, "purge")
+    assert unset.returncode == 2 and "MEMORY_KEEP_EXCHANGES_DAYS" in unset.stderr
+    by_setting = admin(store_url, "purge", MEMORY_KEEP_EXCHANGES_DAYS="30")
+    assert by_setting.returncode == 0, by_setting.stderr
+    assert json.loads(by_setting.stdout) == {"exchanges": 1}  # the one from 1970
+    by_flag = admin(store_url, "purge", "--what", "facts", "--older-than-days", "0.0001")
+    assert by_flag.returncode == 0 and json.loads(by_flag.stdout) == {"facts": 0}
+    check = memory.open_store(store_url)
+    assert [e.user_text for e in await check.exchanges(ALICE)] == ["I moved to Lisbon."]
+    await check.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["show", "../etc/passwd"], "characters outside"),
+        (["export", ""], "caller id is empty"),
+        (["purge", "--what", "facts"], "--older-than-days"),
+    ],
+)
+def test_a_bad_command_gets_one_clear_error_and_status_2(store_url, args, says):
+    done = admin(store_url, *args)
+    assert done.returncode == 2 and done.stderr.startswith("ERROR: ") and says in done.stderr
+
+
+def test_a_store_that_cannot_be_opened_gives_status_1_and_one_line(tmp_path):
+    done = admin("nosuchbackend://x", "stats")
+    assert done.returncode == 1 and "ERROR: the memory store failed" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_a_background_purge_applies_the_retention_settings(monkeypatch):
+    monkeypatch.setenv("MEMORY_KEEP_EXCHANGES_DAYS", "1")
+    store = InMemoryStore()
+    await store.save(make_exchange(1, ALICE, "old", at=time.time() - 3 * 86_400))
+    await store.save(make_exchange(2, ALICE, "new"))
+    call = memory.CallMemory(store, ALICE, "call-1")
+    call.start()
+    for _ in range(100):
+        if len(await store.exchanges(ALICE)) == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert [e.user_text for e in await store.exchanges(ALICE)] == ["new"]
+    await call.aclose()
+
+
+def test_a_retention_setting_that_is_not_a_number_of_days_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("MEMORY_KEEP_FACTS_DAYS", "ninety")
+    with pytest.raises(ValueError, match="MEMORY_KEEP_FACTS_DAYS"):
+        memory.Retention.from_env()
