@@ -1,0 +1,702 @@
+"""The shared memory store: one PostgreSQL server that every worker machine reaches.
+
+``MEMORY_URL=postgresql://user:password@host:5432/dbname?schema=livekit_memory&tenant=acme``
+(any libpq URL; ``schema`` defaults to ``livekit_memory``, ``tenant`` to ``default``).
+Exchanges, facts and call summaries, each row scoped by tenant and caller id; search
+is PostgreSQL's own full-text search (a ``tsvector`` column, a GIN index, ``ts_rank_cd``).
+Implements ``memory.MemoryStore``; memory.py has the types and rules.
+
+The schema is created and upgraded by an operator, never by a worker starting up:
+
+    uv run postgres_store.py status    # the schema's version, and what upgrade would do
+    uv run postgres_store.py sql       # the SQL upgrade would run, to review (runs nothing)
+    uv run postgres_store.py upgrade   # create or upgrade it (safe to run from many places)
+    uv run postgres_store.py sql --app-role NAME   # SQL for a role held to this tenant
+    uv run postgres_store.py check     # is tenant isolation really in force for MEMORY_URL?
+
+A worker whose server is down, or whose schema is missing or at another version, logs
+it once and takes calls without memory until it is fixed (checked again every 30 s).
+
+Driver: psycopg 3 with psycopg_pool. libpq reads the URL, so every libpq setting works
+(sslmode, PGPASSWORD, ~/.pgpass, service files); psycopg cancels a query on the server
+when its task is cancelled; the same driver runs the synchronous operator commands.
+
+Forget deletes rows, and PostgreSQL deletes their index entries with them: no query
+can see them again. The bytes stay in the table files until VACUUM reuses the space
+(autovacuum does, eventually), and in WAL and backups until those expire. To wipe a
+forgotten caller from the data files now: ``VACUUM (FULL) livekit_memory.exchanges``
+(rewrites the table under an exclusive lock; plain VACUUM frees space without erasing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import sys
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import conninfo as libpq
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from memory import (
+    PURGEABLE,
+    RECALL_EXCHANGES,
+    RECENT_SUMMARIES,
+    WRITE_TIMEOUT,
+    Exchange,
+    Fact,
+    InvalidStoreUrl,
+    Recall,
+    SchemaMismatch,
+    StoreUnavailable,
+    Summary,
+)
+
+T = TypeVar("T")
+logger = logging.getLogger("memory.postgres")
+
+DEFAULT_URL = "postgresql://"
+"""libpq's defaults: the PG* environment variables (PGHOST, PGDATABASE, PGUSER...)."""
+DEFAULT_SCHEMA = "livekit_memory"
+DEFAULT_TENANT = "default"
+POOL_SIZE = 4
+"""Connections per worker process at most. LiveKit runs one call per process, whose
+recall, preload and background saves need a few; size the server's max_connections
+for (processes per machine) x (machines) x POOL_SIZE."""
+CONNECT_TIMEOUT = 3  # seconds; libpq's minimum is 2
+READ_TIMEOUT = 1.0
+"""Seconds a read may take. CallMemory stops waiting after memory.RECALL_BUDGET; this
+bounds the work it leaves behind, so slow queries cannot pile up on the pool."""
+SAVE_TIMEOUT = 5.0
+"""Seconds one exchange or summary save may take; memory.ExchangeWriter retries it."""
+STATEMENT_TIMEOUT = 5.0
+"""Server-side bound on any statement, so a query whose client is gone stops."""
+COMMIT_MARGIN = 0.1
+"""A bounded write sends COMMIT only if this many seconds of its time are left."""
+RECHECK_AFTER = 30.0
+"""Seconds a worker waits before checking a missing or mismatched schema again."""
+TEXT_SEARCH_CONFIG = "english"  # stemming like SQLite's porter tokenizer
+
+# Function words that say nothing about what to look up (the same list as
+# sqlite_store.py). PostgreSQL drops its own English stop words too.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    few for from further had has have having he her here hers herself him himself his
+    how i if in into is it its itself just let me more most my myself no nor not now of
+    off on once only or other our ours ourselves out over own same she should so some
+    such than that the their theirs them themselves then there these they this those
+    through to too under until up very was we were what when where which while who whom
+    why will with would you your yours yourself yourselves tell told said say know
+    remember recall hey hi hello yes yeah okay ok oh um uh please thanks thank like
+    really also get got go going went one ever""".split()
+)
+MAX_QUERY_TERMS = 24
+
+
+def tsquery(text: str) -> str | None:
+    """What the caller said as a ``to_tsquery`` argument: content words, each quoted,
+    joined by ``|`` (OR). Words are runs of letters and digits, so nothing the caller
+    says is read as tsquery syntax. None when nothing is left to search for."""
+    terms: list[str] = []
+    for word in re.findall(r"[^\W_]+", text.lower()):
+        if word not in STOPWORDS and len(word) > 1 and word not in terms:
+            terms.append(word)
+    return " | ".join(f"'{t}'" for t in terms[:MAX_QUERY_TERMS]) or None
+
+
+# Each entry moves a schema from version N to N+1 ({s} is the schema's name);
+# {s}.schema_version holds N. Append, never edit: databases in the field are at every
+# version. Row-level security is always on; it binds the roles listed in
+# {s}.tenant_roles to their tenant (table owners and superusers are not bound).
+MIGRATIONS: list[str] = [
+    """
+CREATE TABLE {s}.schema_version (version integer NOT NULL);
+INSERT INTO {s}.schema_version VALUES (0);
+CREATE TABLE {s}.exchanges (
+    tenant         text NOT NULL,
+    caller_id      text NOT NULL,
+    key            text NOT NULL,
+    seq            bigint GENERATED ALWAYS AS IDENTITY,  -- keeps insertion order
+    call_id        text NOT NULL,
+    user_text      text NOT NULL,
+    assistant_text text NOT NULL,
+    interrupted    boolean NOT NULL,
+    item_ids       text[] NOT NULL,
+    created_at     double precision NOT NULL,  -- seconds since the epoch, as in memory.py
+    search         tsvector GENERATED ALWAYS AS
+                   (to_tsvector('english', user_text || ' ' || assistant_text)) STORED,
+    PRIMARY KEY (tenant, caller_id, key)
+);
+CREATE INDEX exchanges_by_time ON {s}.exchanges (tenant, caller_id, created_at);
+CREATE INDEX exchanges_search ON {s}.exchanges USING gin (search);
+CREATE TABLE {s}.facts (
+    tenant     text NOT NULL,
+    caller_id  text NOT NULL,
+    kind       text NOT NULL,
+    value      text NOT NULL,
+    updated_at double precision NOT NULL,
+    PRIMARY KEY (tenant, caller_id, kind)
+);
+CREATE TABLE {s}.summaries (
+    tenant     text NOT NULL,
+    caller_id  text NOT NULL,
+    call_id    text NOT NULL,
+    text       text NOT NULL,
+    created_at double precision NOT NULL,
+    PRIMARY KEY (tenant, caller_id, call_id)
+);
+CREATE TABLE {s}.tenant_roles (role_name name PRIMARY KEY, tenant text NOT NULL);
+ALTER TABLE {s}.exchanges ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {s}.facts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {s}.summaries ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_tenant ON {s}.exchanges
+    USING (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user))
+    WITH CHECK (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user));
+CREATE POLICY own_tenant ON {s}.facts
+    USING (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user))
+    WITH CHECK (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user));
+CREATE POLICY own_tenant ON {s}.summaries
+    USING (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user))
+    WITH CHECK (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user));
+""",
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+TABLES = ("exchanges", "facts", "summaries")
+
+
+class Target:
+    """What a ``postgresql:`` URL names: ``conninfo`` for libpq (without our own
+    parameters), the ``schema`` and the ``tenant``. Raises ``InvalidStoreUrl``."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme.split("+")[0] not in ("postgresql", "postgres"):
+            raise InvalidStoreUrl(f"{redact(url)!r} is not a postgresql:// URL")
+        params = dict(parse_qsl(parts.query, keep_blank_values=True))
+        self.schema = params.pop("schema", "") or DEFAULT_SCHEMA
+        self.tenant = params.pop("tenant", "") or DEFAULT_TENANT
+        # Lower-case identifiers need no quoting, so the name can go into SQL as is.
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", self.schema):
+            raise InvalidStoreUrl(f"schema={self.schema!r}: use a-z, 0-9 and _ (63 at most)")
+        if not re.fullmatch(r"[A-Za-z0-9_.:@+\-]{1,128}", self.tenant):
+            raise InvalidStoreUrl(f"tenant={self.tenant!r}: use letters, digits and _.:@+-")
+        query = urlencode(params)
+        self.conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, query, ""))
+        try:
+            info = libpq.conninfo_to_dict(self.conninfo)
+        except psycopg.ProgrammingError as exc:  # libpq refused a parameter
+            raise InvalidStoreUrl(f"{redact(url)!r}: {exc}") from None
+        self.where = (
+            f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/"
+            f"{info.get('dbname') or '(default)'} schema {self.schema}"
+        )
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection:
+        """A plain synchronous connection (for open_store's check and the commands)."""
+        return psycopg.connect(self.conninfo, connect_timeout=CONNECT_TIMEOUT, **kwargs)
+
+
+def open_store(url: str) -> PostgresStore:
+    """Open the store a ``postgresql:`` URL names.
+
+    Synchronous, for prewarm. Raises ``InvalidStoreUrl`` for a bad URL, and nothing
+    for a server that is down or a schema that is missing: it logs that once (at most
+    ``CONNECT_TIMEOUT`` seconds to find out) and the store refuses work until fixed,
+    so calls go on without memory. Connections open on first use, in the event loop
+    of the call (there is none in prewarm)."""
+    store = PostgresStore(Target(url))
+    try:
+        with store.target.connect() as conn:
+            store._verified(read_version(conn, store.target.schema))
+    except psycopg.Error as exc:
+        store._report(f"cannot reach PostgreSQL at {store.target.where}: {exc}".strip())
+    except SchemaMismatch:
+        pass  # reported
+    return store
+
+
+def read_version(conn: psycopg.Connection, schema: str) -> int:
+    """The schema's version (0: none yet); raises psycopg errors."""
+    found = conn.execute("SELECT to_regclass(%s)", [f"{schema}.schema_version"]).fetchone()
+    if found is None or found[0] is None:
+        return 0
+    return conn.execute(f"SELECT version FROM {schema}.schema_version").fetchone()[0]
+
+
+class PostgresStore:
+    """The shared store: see ``memory.MemoryStore`` for what each method promises.
+
+    One per worker process, shared by its calls, opened by ``open_store``. Every query
+    is scoped to the URL's tenant and to one caller. Raises ``StoreUnavailable`` (the
+    server, the pool or the schema cannot be used now, or a bound ran out) and psycopg
+    errors."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        s = target.schema
+        self._pool: AsyncConnectionPool | None = None
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
+        self._schema_ok = False
+        self._schema_error: SchemaMismatch | None = None
+        self._recheck_at = 0.0
+        self._problem: str | None = None  # what was last logged, so it is logged once
+        # One caller's writes run in the order they were made (a forget after a save
+        # must not be overtaken by it), whichever pooled connection each one gets.
+        self._caller_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._closed = False
+        self._sql = {
+            "facts": f"SELECT kind, value, updated_at FROM {s}.facts "
+            "WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY updated_at DESC",
+            "summaries": f"SELECT call_id, text, created_at FROM {s}.summaries "
+            "WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
+            "search": f"""SELECT {EXCHANGE_COLUMNS} FROM {s}.exchanges,
+                       to_tsquery('{TEXT_SEARCH_CONFIG}', %(q)s) AS q
+                   WHERE tenant = %(t)s AND caller_id = %(c)s AND search @@ q
+                     AND call_id IS DISTINCT FROM %(x)s
+                   ORDER BY ts_rank_cd(search, q) DESC, created_at DESC LIMIT %(n)s""",
+            "exchanges": f"SELECT {EXCHANGE_COLUMNS} FROM {s}.exchanges "
+            "WHERE tenant = %(t)s AND caller_id = %(c)s AND (%(call)s::text IS NULL "
+            "OR call_id = %(call)s) ORDER BY created_at, seq",
+            "save": f"""INSERT INTO {s}.exchanges (tenant, caller_id, key, call_id,
+                       user_text, assistant_text, interrupted, item_ids, created_at)
+                   VALUES (%(t)s, %(c)s, %(key)s, %(call)s, %(user)s, %(reply)s, %(cut)s,
+                       %(items)s, %(at)s)
+                   ON CONFLICT (tenant, caller_id, key) DO UPDATE SET
+                       user_text = excluded.user_text, assistant_text = excluded.assistant_text,
+                       interrupted = excluded.interrupted, item_ids = excluded.item_ids""",
+            "remember": f"""INSERT INTO {s}.facts VALUES (%(t)s, %(c)s, %(kind)s, %(v)s, %(at)s)
+                   ON CONFLICT (tenant, caller_id, kind) DO UPDATE SET
+                       value = excluded.value, updated_at = excluded.updated_at""",
+            "summary": f"""INSERT INTO {s}.summaries VALUES (%(t)s, %(c)s, %(call)s, %(v)s, %(at)s)
+                   ON CONFLICT (tenant, caller_id, call_id) DO UPDATE SET text = excluded.text""",
+            "callers": f"""SELECT caller_id FROM {s}.exchanges WHERE tenant = %(t)s
+                   UNION SELECT caller_id FROM {s}.facts WHERE tenant = %(t)s
+                   UNION SELECT caller_id FROM {s}.summaries WHERE tenant = %(t)s""",
+        }
+
+    # -- connections, bounds and the once-only log --
+
+    async def _connection_pool(self) -> AsyncConnectionPool:
+        if self._closed:
+            raise StoreUnavailable("the memory store is closed")
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop:
+            # A pool lives in the loop that opened it: the call's loop, made after
+            # prewarm. (A store reused from another loop, as tests do, gets its own.)
+            self._pool, self._pool_loop = AsyncConnectionPool(
+                self.target.conninfo,
+                min_size=1,
+                max_size=POOL_SIZE,
+                kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT,
+                        "application_name": "livekit-memory"},
+                configure=self._configure,
+                reconnect_timeout=10.0,  # give up a backoff early; demand retries at once
+                name=POOL_NAME,
+                open=False,
+            ), loop
+            await self._pool.open(wait=False)
+        if not self._schema_ok:
+            await self._check_schema(self._pool)
+        return self._pool
+
+    @staticmethod
+    async def _configure(conn: psycopg.AsyncConnection) -> None:
+        # Bound every statement on the server too: it stops even if we are gone.
+        ms = int(STATEMENT_TIMEOUT * 1000)
+        await conn.execute(f"SET statement_timeout = {ms}")
+        await conn.execute(f"SET idle_in_transaction_session_timeout = {2 * ms}")
+
+    async def _check_schema(self, pool: AsyncConnectionPool) -> None:
+        if self._schema_error is not None and time.monotonic() < self._recheck_at:
+            raise self._schema_error
+        async with pool.connection(timeout=READ_TIMEOUT) as conn:
+            cur = await conn.execute("SELECT to_regclass(%s)", [f"{self.target.schema}.schema_version"])
+            version = 0
+            if (await cur.fetchone())[0] is not None:
+                cur = await conn.execute(f"SELECT version FROM {self.target.schema}.schema_version")
+                version = (await cur.fetchone())[0]
+        self._verified(version)
+
+    def _verified(self, version: int) -> None:
+        """Take the schema version found; raises (and logs once) SchemaMismatch."""
+        if version == SCHEMA_VERSION:
+            self._schema_ok, self._schema_error = True, None
+            self._report(None)
+            return
+        if version == 0:
+            why = f"no memory schema at {self.target.where}"
+            todo = "run `uv run postgres_store.py upgrade` with this MEMORY_URL"
+        elif version < SCHEMA_VERSION:
+            why = f"memory schema at {self.target.where} is version {version}, this code needs {SCHEMA_VERSION}"
+            todo = "run `uv run postgres_store.py upgrade` with this MEMORY_URL"
+        else:
+            why = f"memory schema at {self.target.where} is version {version}, newer than this code's {SCHEMA_VERSION}"
+            todo = "deploy the newer agent"
+        self._schema_error = SchemaMismatch(f"{why}; {todo}")
+        self._recheck_at = time.monotonic() + RECHECK_AFTER
+        self._report(f"{why}: calls go on without memory; {todo}")
+        raise self._schema_error
+
+    def _report(self, problem: str | None) -> None:
+        """Log a change of health once per process (not once per call or query)."""
+        if problem == self._problem:
+            return
+        if problem is not None:
+            logger.error("memory: %s", problem)
+        elif self._problem is not None:
+            logger.warning("memory: PostgreSQL at %s works again", self.target.where)
+        self._problem = problem
+
+    async def _bounded(self, work: Awaitable[T], timeout: float, what: str) -> T:
+        # The work runs as its own task and we stop waiting at the bound: cancelling
+        # it makes psycopg cancel the query on the server, which can itself take a
+        # while when the network is gone, and the caller must not wait for that.
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout)
+        except BaseException as exc:
+            task.cancel()
+            if isinstance(exc, TimeoutError):
+                raise StoreUnavailable(f"{what} did not finish within {timeout:g} s") from None
+            raise
+
+    @asynccontextmanager
+    async def _connection(self, timeout: float):
+        """A pooled connection; a connection the server dropped (a restart) is
+        replaced once; a pool that has none to give raises StoreUnavailable."""
+        pool = await self._connection_pool()
+        try:
+            async with pool.connection(timeout=timeout) as conn:
+                yield conn
+        except PoolTimeout:
+            stats = pool.get_stats()
+            if stats.get("pool_size", 0) == 0:
+                problem = f"cannot connect to PostgreSQL at {self.target.where}"
+            else:
+                problem = f"all {POOL_SIZE} connections to {self.target.where} are busy"
+            self._report(f"{problem}: calls go on without memory until it recovers")
+            raise StoreUnavailable(problem) from None
+        self._report(None)
+
+    async def _run(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]], timeout: float) -> T:
+        for attempt in (1, 2):
+            try:
+                async with self._connection(timeout) as conn:
+                    return await work(conn)
+            except psycopg.OperationalError:
+                # A pooled connection broken by a server restart fails on its next
+                # use; drop the broken ones and try once more (every query here can
+                # be repeated: reads, upserts, deletes).
+                if attempt == 2 or self._pool is None:
+                    raise
+                await self._pool.check()
+        raise AssertionError("unreachable")
+
+    async def _read(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
+        return await self._bounded(self._run(work, READ_TIMEOUT), READ_TIMEOUT, "a read")
+
+    async def _write(
+        self, caller_id: str | None, statements: list[tuple[str, dict]], timeout: float | None,
+        what: str,
+    ) -> int:
+        """Run ``statements`` ((sql, arguments) pairs) in one transaction, after this
+        caller's earlier writes; returns the number of rows changed. With ``timeout``
+        the write is applied within that many seconds or not at all: the server stops
+        its statements at the deadline and COMMIT is sent only while time is left."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+
+        async def transaction(conn: psycopg.AsyncConnection) -> int:
+            changed = 0
+            async with conn.transaction():
+                ms = 0 if deadline is None else max(1, int((deadline - loop.time()) * 1000))
+                await conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(ms)])
+                for sql, args in statements:
+                    cur = await conn.execute(sql, {"t": self.target.tenant, "c": caller_id, **args})
+                    changed += cur.rowcount
+                if deadline is not None and loop.time() > deadline - COMMIT_MARGIN:
+                    raise StoreUnavailable(f"{what} ran out of time; nothing was written")
+            return changed
+
+        async def in_order() -> int:
+            lock = self._caller_locks.setdefault(caller_id or "", asyncio.Lock())
+            async with lock:
+                return await self._run(transaction, SAVE_TIMEOUT if timeout is None else timeout)
+
+        if timeout is None:
+            return await in_order()
+        return await self._bounded(in_order(), timeout, what)
+
+    # -- writes --
+
+    async def save(self, exchange: Exchange) -> None:
+        e = exchange
+        args = {"key": e.key, "call": e.call_id, "user": e.user_text, "reply": e.assistant_text,
+                "cut": e.interrupted, "items": list(e.item_ids), "at": e.created_at}
+        await self._write(e.caller_id, [(self._sql["save"], args)], SAVE_TIMEOUT, "a save")
+
+    async def remember(self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT) -> Fact:
+        args = {"kind": fact.kind, "v": fact.value, "at": fact.updated_at}
+        await self._write(caller_id, [(self._sql["remember"], args)], timeout, "a fact")
+        return fact
+
+    async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
+        args = {"call": call_id, "v": text, "at": time.time()}
+        await self._write(caller_id, [(self._sql["summary"], args)], SAVE_TIMEOUT, "a summary")
+
+    async def forget(
+        self,
+        caller_id: str,
+        *,
+        kind: str | None = None,
+        call_id: str | None = None,
+        timeout: float = WRITE_TIMEOUT,
+    ) -> int:
+        # Deleting a row deletes its index entries (the GIN search index included).
+        if kind is not None:
+            tables, only = ["facts"], " AND kind = %(kind)s"
+        elif call_id is not None:
+            tables, only = ["summaries", "exchanges"], " AND call_id = %(call)s"
+        else:
+            tables, only = list(TABLES), ""
+        args = {"kind": kind, "call": call_id}
+        statements = [
+            (f"DELETE FROM {self.target.schema}.{table} "
+             f"WHERE tenant = %(t)s AND caller_id = %(c)s{only}", args)
+            for table in tables
+        ]
+        return await self._write(caller_id, statements, timeout, "forgetting")
+
+    # -- reads --
+
+    async def profile(self, caller_id: str) -> Recall:
+        return await self.recall(caller_id, "", limit=0)
+
+    async def recall(
+        self,
+        caller_id: str,
+        query: str,
+        *,
+        limit: int = RECALL_EXCHANGES,
+        exclude_call_id: str | None = None,
+    ) -> Recall:
+        q = tsquery(query) if limit > 0 else None
+        args = {"t": self.target.tenant, "c": caller_id, "q": q, "x": exclude_call_id}
+
+        async def work(conn: psycopg.AsyncConnection) -> Recall:
+            # One round trip for the two or three queries.
+            async with conn.pipeline():
+                facts = await conn.execute(self._sql["facts"], args)
+                summaries = await conn.execute(self._sql["summaries"], {**args, "n": RECENT_SUMMARIES})
+                found = await conn.execute(self._sql["search"], {**args, "n": limit}) if q else None
+            return Recall(
+                tuple(Fact(*r) for r in await facts.fetchall()),
+                tuple(Summary(*r) for r in await summaries.fetchall()),
+                tuple(_exchange(r) for r in await found.fetchall()) if found else (),
+            )
+
+        return await self._read(work)
+
+    async def exchanges(self, caller_id: str, *, call_id: str | None = None) -> list[Exchange]:
+        args = {"t": self.target.tenant, "c": caller_id, "call": call_id}
+        rows = await self._read(lambda conn: _fetch(conn, self._sql["exchanges"], args))
+        return [_exchange(r) for r in rows]
+
+    async def summaries(self, caller_id: str) -> list[Summary]:
+        args = {"t": self.target.tenant, "c": caller_id, "n": None}
+        rows = await self._read(lambda conn: _fetch(conn, self._sql["summaries"], args))
+        return [Summary(*r) for r in rows]
+
+    async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
+        sql = f"SELECT caller_id FROM ({self._sql['callers']}) c WHERE caller_id > %(a)s ORDER BY caller_id COLLATE \"C\" LIMIT %(n)s"
+        rows = await self._read(lambda conn: _fetch(conn, sql, {"t": self.target.tenant, "a": after, "n": limit}))
+        return [r[0] for r in rows]
+
+    async def purge(self, *, before: float, what: str) -> int:
+        if what not in PURGEABLE:
+            raise ValueError(f"what must be one of {', '.join(PURGEABLE)}, not {what!r}")
+        column = "updated_at" if what == "facts" else "created_at"
+        sql = f"DELETE FROM {self.target.schema}.{what} WHERE tenant = %(t)s AND {column} < %(b)s"
+        return await self._write(None, [(sql, {"b": before})], None, "a purge")
+
+    async def stats(self) -> dict[str, int]:
+        s, t = self.target.schema, {"t": self.target.tenant}
+        counts = ", ".join(f"(SELECT count(*) FROM {s}.{x} WHERE tenant = %(t)s)" for x in PURGEABLE)
+        sql = f"SELECT {counts}, (SELECT count(*) FROM ({self._sql['callers']}) c)"
+        (row,) = await self._read(lambda conn: _fetch(conn, sql, t))
+        return dict(zip((*PURGEABLE, "callers"), row, strict=True))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None and self._pool_loop is asyncio.get_running_loop():
+            await self._pool.close()
+        self._pool = None
+
+
+EXCHANGE_COLUMNS = (
+    "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids, created_at"
+)
+POOL_NAME = "livekit-memory"
+
+
+def _exchange(row: tuple) -> Exchange:
+    *head, item_ids, created_at = row
+    return Exchange(*head, item_ids=tuple(item_ids), created_at=created_at)
+
+
+async def _fetch(conn: psycopg.AsyncConnection, sql: str, args: dict) -> list[tuple]:
+    return await (await conn.execute(sql, args)).fetchall()
+
+
+def redact(url: str) -> str:
+    # a password in a URL never reaches a log line or an error message
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+class _QuietPool(logging.Filter):
+    # psycopg_pool warns on every failed reconnection attempt; the store says once
+    # that the server is down and once that it is back.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or POOL_NAME not in record.getMessage()
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietPool())
+
+
+# -- Operator commands: uv run postgres_store.py status|sql|upgrade|check -----------
+
+
+def upgrade_sql(schema: str, from_version: int) -> str:
+    """The SQL that takes ``schema`` from ``from_version`` to ``SCHEMA_VERSION``."""
+    parts = [f"CREATE SCHEMA IF NOT EXISTS {schema};"] if from_version == 0 else []
+    for n in range(from_version, SCHEMA_VERSION):
+        parts.append(f"-- version {n} -> {n + 1}\n{MIGRATIONS[n].format(s=schema).strip()}")
+        parts.append(f"UPDATE {schema}.schema_version SET version = {n + 1};")
+    return "\n".join(parts)
+
+
+def upgrade(url: str) -> tuple[int, int]:
+    """Create or upgrade the URL's schema; returns (version before, version after).
+    One transaction under an advisory lock: upgrades started together run one after
+    the other (the later ones find nothing to do), and a failed one changes nothing.
+    Raises SchemaMismatch for a schema newer than this code, psycopg errors."""
+    target = Target(url)
+    with target.connect() as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"livekit-memory:{target.schema}"])
+        found = read_version(conn, target.schema)
+        if found > SCHEMA_VERSION:
+            raise SchemaMismatch(f"{target.where} is at version {found}, newer than this code's {SCHEMA_VERSION}")
+        if found < SCHEMA_VERSION:
+            conn.execute(upgrade_sql(target.schema, found).encode())
+    return found, SCHEMA_VERSION
+
+
+def app_role_sql(schema: str, role: str, tenant: str) -> str:
+    """SQL (for the schema's owner) that makes ``role`` a login role held to
+    ``tenant`` by row-level security: no superuser, no BYPASSRLS, not the owner, and
+    unable to change which tenant it is bound to. Raises InvalidStoreUrl for a bad name."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", role):
+        raise InvalidStoreUrl(f"role {role!r}: use a-z, 0-9 and _ (63 at most)")
+    return f"""-- A role for workers of tenant '{tenant}'; set its password with \\password {role}
+CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.exchanges, {schema}.facts, {schema}.summaries TO {role};
+GRANT SELECT ON {schema}.schema_version, {schema}.tenant_roles TO {role};
+INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
+    ON CONFLICT (role_name) DO UPDATE SET tenant = excluded.tenant;"""
+
+
+def isolation_report(url: str) -> list[tuple[bool, str]]:
+    """Is tenant isolation in force for the URL's role? (ok, what was checked) pairs;
+    it is when every one is ok. Raises psycopg errors."""
+    target = Target(url)
+    s, tenant = target.schema, target.tenant
+    with target.connect() as conn:
+        role, superuser, bypass = conn.execute(
+            "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        tables = conn.execute(
+            """SELECT count(*) FILTER (WHERE relrowsecurity),
+                      coalesce(bool_or(pg_has_role(current_user, relowner, 'USAGE')), false)
+               FROM pg_class WHERE relnamespace = to_regnamespace(%s) AND relname = ANY(%s)""",
+            [s, list(TABLES)],
+        ).fetchone()
+        bound = remap = None
+        if read_version(conn, s) > 0:
+            row = conn.execute(f"SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user").fetchone()
+            bound = row[0] if row else None
+            remap = conn.execute(
+                "SELECT has_table_privilege(%s, 'INSERT, UPDATE, DELETE, TRUNCATE')", [f"{s}.tenant_roles"]
+            ).fetchone()[0]
+    return [
+        (not superuser, f"role {role} is not a superuser (a superuser bypasses row-level security)"),
+        (not bypass, f"role {role} does not have BYPASSRLS"),
+        (not tables[1], f"role {role} does not own the tables (owners bypass row-level security)"),
+        (tables[0] == len(TABLES), f"row-level security is on for {', '.join(TABLES)} in schema {s}"),
+        (bound == tenant, f"{s}.tenant_roles binds {role} to tenant {tenant!r} (found: {bound!r})"),
+        (remap is False, f"role {role} cannot change {s}.tenant_roles"),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The operator command. Exit codes: 0 fine, 1 something to do (status: upgrade
+    needed; check: isolation not in force), 2 the server or the URL could not be used."""
+    import os
+    from pathlib import Path
+
+    from dotenv import load_dotenv
+
+    parser = argparse.ArgumentParser(prog="postgres_store.py", description=main.__doc__)
+    parser.add_argument("command", choices=["status", "sql", "upgrade", "check"])
+    parser.add_argument("--url", help="default: MEMORY_URL from the environment or .env.local")
+    parser.add_argument("--app-role", metavar="NAME", help="sql: print a role held to this tenant")
+    args = parser.parse_args(argv)
+    load_dotenv(Path(__file__).with_name(".env.local"))
+    url = args.url or os.getenv("MEMORY_URL") or DEFAULT_URL
+    try:
+        target = Target(url)
+        if args.command == "sql" and args.app_role:
+            print(app_role_sql(target.schema, args.app_role, target.tenant))
+            return 0
+        if args.command == "upgrade":
+            before, after = upgrade(url)
+            print(f"{target.where}: version {before} -> {after}" if before < after
+                  else f"{target.where}: already at version {after}; nothing to do")
+            return 0
+        if args.command == "check":
+            report = isolation_report(url)
+            for ok, line in report:
+                print(f"{'ok ' if ok else 'NOT'} {line}")
+            enforced = all(ok for ok, _ in report)
+            print(f"tenant isolation is {'in force' if enforced else 'NOT in force'} for {redact(url)}")
+            return 0 if enforced else 1
+        with target.connect() as conn:
+            found = read_version(conn, target.schema)
+        if args.command == "sql":
+            print(upgrade_sql(target.schema, found) or f"-- {target.where} is up to date")
+            return 0
+        state = ("up to date" if found == SCHEMA_VERSION else "missing: run upgrade" if found == 0
+                 else "older: run upgrade" if found < SCHEMA_VERSION else "newer than this code")
+        print(f"{target.where}: version {found}, this code {SCHEMA_VERSION}: {state}")
+        return 0 if found == SCHEMA_VERSION else 1
+    except (psycopg.Error, InvalidStoreUrl, SchemaMismatch) as exc:
+        print(f"error: {exc}".strip(), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
