@@ -1,31 +1,25 @@
-"""The shared memory store: one PostgreSQL server that every worker machine reaches.
+"""The shared memory store: a PostgreSQL server that workers on many machines reach.
 
-``MEMORY_URL=postgresql://user:password@host:5432/dbname?schema=livekit_memory&tenant=acme``
-(any libpq URL; ``schema`` defaults to ``livekit_memory``, ``tenant`` to ``default``).
-Exchanges, facts and call summaries, each row scoped by tenant and caller id; search
-is PostgreSQL's own full-text search (a ``tsvector`` column, a GIN index, ``ts_rank_cd``).
+``MEMORY_URL=postgresql://user:password@host:5432/dbname?schema=livekit_memory&tenant=acme``:
+any libpq URL, plus ``schema`` (default ``livekit_memory``) and ``tenant`` (default
+``default``). Every row carries the tenant and the caller id, and every query is scoped
+to both. Search is PostgreSQL's own: a ``tsvector`` column, a GIN index, ``ts_rank_cd``.
 Implements ``memory.MemoryStore``; memory.py has the types and rules.
 
-The schema is created and upgraded by an operator, never by a worker starting up:
+Workers never create or change the schema. An operator does, with this file:
 
-    uv run postgres_store.py status    # the schema's version, and what upgrade would do
-    uv run postgres_store.py sql       # the SQL upgrade would run, to review (runs nothing)
-    uv run postgres_store.py upgrade   # create or upgrade it (safe to run from many places)
-    uv run postgres_store.py sql --app-role NAME   # SQL for a role held to this tenant
-    uv run postgres_store.py check     # is tenant isolation really in force for MEMORY_URL?
+    uv run postgres_store.py status     # the schema's version against this code's
+    uv run postgres_store.py sql        # the SQL `upgrade` would run, to review
+    uv run postgres_store.py upgrade    # create or upgrade (safe from many places at once)
+    uv run postgres_store.py sql --app-role NAME   # a login role held to this tenant
+    uv run postgres_store.py check      # is tenant isolation in force for MEMORY_URL?
 
 A worker whose server is down, or whose schema is missing or at another version, logs
-it once and takes calls without memory until it is fixed (checked again every 30 s).
+it once and takes calls without memory until that is fixed.
 
-Driver: psycopg 3 with psycopg_pool. libpq reads the URL, so every libpq setting works
-(sslmode, PGPASSWORD, ~/.pgpass, service files); psycopg cancels a query on the server
-when its task is cancelled; the same driver runs the synchronous operator commands.
-
-Forget deletes rows, and PostgreSQL deletes their index entries with them: no query
-can see them again. The bytes stay in the table files until VACUUM reuses the space
-(autovacuum does, eventually), and in WAL and backups until those expire. To wipe a
-forgotten caller from the data files now: ``VACUUM (FULL) livekit_memory.exchanges``
-(rewrites the table under an exclusive lock; plain VACUUM frees space without erasing).
+Driver: psycopg 3 and its pool. libpq reads the URL, so every libpq setting works
+(sslmode, PGPASSWORD, ~/.pgpass); a cancelled task cancels its query on the server;
+and the same driver runs the operator commands, synchronously.
 """
 
 from __future__ import annotations
@@ -38,12 +32,11 @@ import sys
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg import conninfo as libpq
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from memory import (
@@ -61,6 +54,7 @@ from memory import (
 )
 
 T = TypeVar("T")
+Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
 logger = logging.getLogger("memory.postgres")
 
 DEFAULT_URL = "postgresql://"
@@ -68,25 +62,23 @@ DEFAULT_URL = "postgresql://"
 DEFAULT_SCHEMA = "livekit_memory"
 DEFAULT_TENANT = "default"
 POOL_SIZE = 4
-"""Connections per worker process at most. LiveKit runs one call per process, whose
-recall, preload and background saves need a few; size the server's max_connections
-for (processes per machine) x (machines) x POOL_SIZE."""
-CONNECT_TIMEOUT = 3  # seconds; libpq's minimum is 2
+"""Connections per worker process, at most. LiveKit runs each call in its own process;
+its preload, recalls and background saves need a few. The server needs
+max_connections >= processes per machine x machines x POOL_SIZE."""
+CONNECT_TIMEOUT = 3  # seconds (libpq's least is 2)
 READ_TIMEOUT = 1.0
-"""Seconds a read may take. CallMemory stops waiting after memory.RECALL_BUDGET; this
-bounds the work it leaves behind, so slow queries cannot pile up on the pool."""
+"""Seconds a read may take. A reply stops waiting after memory.RECALL_BUDGET; this
+bounds the work left behind, so slow queries cannot pile up on the pool."""
 SAVE_TIMEOUT = 5.0
-"""Seconds one exchange or summary save may take; memory.ExchangeWriter retries it."""
+"""Seconds one exchange or summary save may take (memory.ExchangeWriter retries)."""
 STATEMENT_TIMEOUT = 5.0
-"""Server-side bound on any statement, so a query whose client is gone stops."""
+"""The server stops any statement of ours after this, even if we are gone."""
 COMMIT_MARGIN = 0.1
-"""A bounded write sends COMMIT only if this many seconds of its time are left."""
+"""A write bounded by a timeout sends COMMIT only while this much time is left."""
 RECHECK_AFTER = 30.0
-"""Seconds a worker waits before checking a missing or mismatched schema again."""
-TEXT_SEARCH_CONFIG = "english"  # stemming like SQLite's porter tokenizer
+"""Seconds before a missing or mismatched schema is looked at again."""
 
-# Function words that say nothing about what to look up (the same list as
-# sqlite_store.py). PostgreSQL drops its own English stop words too.
+# Function words that say nothing about what to look up (sqlite_store.py's list).
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been
     before being below between both but by can could did do does doing down during each
@@ -97,15 +89,15 @@ STOPWORDS = frozenset(
     through to too under until up very was we were what when where which while who whom
     why will with would you your yours yourself yourselves tell told said say know
     remember recall hey hi hello yes yeah okay ok oh um uh please thanks thank like
-    really also get got go going went one ever""".split()
+    really also get got go going went one ever""".split()  # noqa: SIM905 (reads as text)
 )
 MAX_QUERY_TERMS = 24
 
 
 def tsquery(text: str) -> str | None:
-    """What the caller said as a ``to_tsquery`` argument: content words, each quoted,
-    joined by ``|`` (OR). Words are runs of letters and digits, so nothing the caller
-    says is read as tsquery syntax. None when nothing is left to search for."""
+    """What the caller said as a ``to_tsquery`` argument: its content words, each
+    quoted, joined by ``|`` (OR). A word is a run of letters and digits, so nothing the
+    caller says is read as tsquery syntax. None when nothing is left to search for."""
     terms: list[str] = []
     for word in re.findall(r"[^\W_]+", text.lower()):
         if word not in STOPWORDS and len(word) > 1 and word not in terms:
@@ -113,10 +105,11 @@ def tsquery(text: str) -> str | None:
     return " | ".join(f"'{t}'" for t in terms[:MAX_QUERY_TERMS]) or None
 
 
-# Each entry moves a schema from version N to N+1 ({s} is the schema's name);
-# {s}.schema_version holds N. Append, never edit: databases in the field are at every
-# version. Row-level security is always on; it binds the roles listed in
-# {s}.tenant_roles to their tenant (table owners and superusers are not bound).
+# Each entry takes a schema ({s}) from version N to N+1; {s}.schema_version holds N.
+# Append, never edit: databases in the field are at every version. Row-level security
+# binds each role listed in {s}.tenant_roles to its tenant; owners and superusers are
+# not bound (see `check`).
+_OWN_TENANT = "tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user)"
 MIGRATIONS: list[str] = [
     """
 CREATE TABLE {s}.schema_version (version integer NOT NULL);
@@ -125,7 +118,7 @@ CREATE TABLE {s}.exchanges (
     tenant         text NOT NULL,
     caller_id      text NOT NULL,
     key            text NOT NULL,
-    seq            bigint GENERATED ALWAYS AS IDENTITY,  -- keeps insertion order
+    seq            bigint GENERATED ALWAYS AS IDENTITY,  -- insertion order, for ties
     call_id        text NOT NULL,
     user_text      text NOT NULL,
     assistant_text text NOT NULL,
@@ -155,27 +148,50 @@ CREATE TABLE {s}.summaries (
     PRIMARY KEY (tenant, caller_id, call_id)
 );
 CREATE TABLE {s}.tenant_roles (role_name name PRIMARY KEY, tenant text NOT NULL);
-ALTER TABLE {s}.exchanges ENABLE ROW LEVEL SECURITY;
-ALTER TABLE {s}.facts ENABLE ROW LEVEL SECURITY;
-ALTER TABLE {s}.summaries ENABLE ROW LEVEL SECURITY;
-CREATE POLICY own_tenant ON {s}.exchanges
-    USING (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user))
-    WITH CHECK (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user));
-CREATE POLICY own_tenant ON {s}.facts
-    USING (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user))
-    WITH CHECK (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user));
-CREATE POLICY own_tenant ON {s}.summaries
-    USING (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user))
-    WITH CHECK (tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user));
-""",
+"""
+    + "".join(
+        f"ALTER TABLE {{s}}.{t} ENABLE ROW LEVEL SECURITY;\n"
+        f"CREATE POLICY own_tenant ON {{s}}.{t} USING ({_OWN_TENANT}) WITH CHECK ({_OWN_TENANT});\n"
+        for t in ("exchanges", "facts", "summaries")
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = ("exchanges", "facts", "summaries")
+EXCHANGE = "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids, created_at"
+QUERIES = {
+    "facts": "SELECT kind, value, updated_at FROM {s}.facts"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY updated_at DESC",
+    "summaries": "SELECT call_id, text, created_at FROM {s}.summaries"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
+    # The (tenant, caller_id) key finds the caller's rows; @@ keeps those that match.
+    "search": f"SELECT {EXCHANGE} FROM {{s}}.exchanges, to_tsquery('english', %(q)s) q"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s AND search @@ q"
+    " AND call_id IS DISTINCT FROM %(x)s"
+    " ORDER BY ts_rank_cd(search, q) DESC, created_at DESC LIMIT %(n)s",
+    "exchanges": f"SELECT {EXCHANGE} FROM {{s}}.exchanges"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s"
+    " AND (%(call)s::text IS NULL OR call_id = %(call)s) ORDER BY created_at, seq",
+    "save": "INSERT INTO {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
+    " assistant_text, interrupted, item_ids, created_at) VALUES (%(t)s, %(c)s, %(key)s,"
+    " %(call)s, %(user)s, %(reply)s, %(cut)s, %(items)s, %(at)s)"
+    " ON CONFLICT (tenant, caller_id, key) DO UPDATE SET user_text = excluded.user_text,"
+    " assistant_text = excluded.assistant_text, interrupted = excluded.interrupted,"
+    " item_ids = excluded.item_ids",
+    "remember": "INSERT INTO {s}.facts VALUES (%(t)s, %(c)s, %(kind)s, %(v)s, %(at)s)"
+    " ON CONFLICT (tenant, caller_id, kind) DO UPDATE SET value = excluded.value,"
+    " updated_at = excluded.updated_at",
+    "summary": "INSERT INTO {s}.summaries VALUES (%(t)s, %(c)s, %(call)s, %(v)s, %(at)s)"
+    " ON CONFLICT (tenant, caller_id, call_id) DO UPDATE SET text = excluded.text",
+    "callers": "SELECT caller_id FROM {s}.exchanges WHERE tenant = %(t)s"
+    " UNION SELECT caller_id FROM {s}.facts WHERE tenant = %(t)s"
+    " UNION SELECT caller_id FROM {s}.summaries WHERE tenant = %(t)s",
+}
 
 
 class Target:
-    """What a ``postgresql:`` URL names: ``conninfo`` for libpq (without our own
-    parameters), the ``schema`` and the ``tenant``. Raises ``InvalidStoreUrl``."""
+    """What a ``postgresql:`` URL names: ``conninfo`` for libpq (our parameters taken
+    out), ``schema``, ``tenant``, and ``where`` to name it in messages (no password).
+    Raises ``InvalidStoreUrl``."""
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -184,260 +200,74 @@ class Target:
         params = dict(parse_qsl(parts.query, keep_blank_values=True))
         self.schema = params.pop("schema", "") or DEFAULT_SCHEMA
         self.tenant = params.pop("tenant", "") or DEFAULT_TENANT
-        # Lower-case identifiers need no quoting, so the name can go into SQL as is.
+        # A lower-case name needs no quoting, so it goes into SQL as it is.
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", self.schema):
             raise InvalidStoreUrl(f"schema={self.schema!r}: use a-z, 0-9 and _ (63 at most)")
         if not re.fullmatch(r"[A-Za-z0-9_.:@+\-]{1,128}", self.tenant):
             raise InvalidStoreUrl(f"tenant={self.tenant!r}: use letters, digits and _.:@+-")
-        query = urlencode(params)
-        self.conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, query, ""))
+        self.conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(params), ""))
         try:
-            info = libpq.conninfo_to_dict(self.conninfo)
+            info = conninfo_to_dict(self.conninfo)
         except psycopg.ProgrammingError as exc:  # libpq refused a parameter
             raise InvalidStoreUrl(f"{redact(url)!r}: {exc}") from None
         self.where = (
-            f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/"
-            f"{info.get('dbname') or '(default)'} schema {self.schema}"
+            f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}"
+            f"/{info.get('dbname') or ''} schema {self.schema}"
         )
 
     def connect(self, **kwargs: Any) -> psycopg.Connection:
-        """A plain synchronous connection (for open_store's check and the commands)."""
+        """A synchronous connection (open_store's check, the operator commands)."""
         return psycopg.connect(self.conninfo, connect_timeout=CONNECT_TIMEOUT, **kwargs)
 
 
 def open_store(url: str) -> PostgresStore:
-    """Open the store a ``postgresql:`` URL names.
+    """Open the store a ``postgresql:`` URL names; synchronous, for prewarm.
 
-    Synchronous, for prewarm. Raises ``InvalidStoreUrl`` for a bad URL, and nothing
-    for a server that is down or a schema that is missing: it logs that once (at most
-    ``CONNECT_TIMEOUT`` seconds to find out) and the store refuses work until fixed,
-    so calls go on without memory. Connections open on first use, in the event loop
-    of the call (there is none in prewarm)."""
+    Raises ``InvalidStoreUrl`` for a bad URL, and nothing for a server that is down or
+    a schema that is missing or at another version: that is logged once (finding out
+    takes at most ``CONNECT_TIMEOUT`` s) and the store refuses work until it is fixed,
+    so calls go on without memory. Its connections open on first use, in the call's
+    event loop (prewarm has none)."""
     store = PostgresStore(Target(url))
     try:
         with store.target.connect() as conn:
-            store._verified(read_version(conn, store.target.schema))
+            store._schema_at(read_version(conn, store.target.schema))
     except psycopg.Error as exc:
         store._report(f"cannot reach PostgreSQL at {store.target.where}: {exc}".strip())
     except SchemaMismatch:
-        pass  # reported
+        pass  # logged
     return store
 
 
 def read_version(conn: psycopg.Connection, schema: str) -> int:
-    """The schema's version (0: none yet); raises psycopg errors."""
-    found = conn.execute("SELECT to_regclass(%s)", [f"{schema}.schema_version"]).fetchone()
-    if found is None or found[0] is None:
-        return 0
-    return conn.execute(f"SELECT version FROM {schema}.schema_version").fetchone()[0]
+    """The schema's version (0: none); raises psycopg errors."""
+    if conn.execute("SELECT to_regclass(%s)", [f"{schema}.schema_version"]).fetchone()[0]:
+        return conn.execute(f"SELECT version FROM {schema}.schema_version").fetchone()[0]
+    return 0
 
 
 class PostgresStore:
-    """The shared store: see ``memory.MemoryStore`` for what each method promises.
+    """The shared store; ``memory.MemoryStore`` says what each method promises.
 
-    One per worker process, shared by its calls, opened by ``open_store``. Every query
-    is scoped to the URL's tenant and to one caller. Raises ``StoreUnavailable`` (the
-    server, the pool or the schema cannot be used now, or a bound ran out) and psycopg
-    errors."""
+    One per worker process, opened by ``open_store`` and shared by its calls. Raises
+    ``StoreUnavailable`` when the server, the pool or the schema cannot be used now or
+    a time bound ran out, ``SchemaMismatch``, and psycopg errors."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        s = target.schema
+        self._sql = {name: sql.format(s=target.schema) for name, sql in QUERIES.items()}
         self._pool: AsyncConnectionPool | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._schema_ok = False
         self._schema_error: SchemaMismatch | None = None
         self._recheck_at = 0.0
         self._problem: str | None = None  # what was last logged, so it is logged once
-        # One caller's writes run in the order they were made (a forget after a save
-        # must not be overtaken by it), whichever pooled connection each one gets.
-        self._caller_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+        # One caller's writes apply in the order they were made (a save already under
+        # way lands before a forget that follows it), whichever connection each gets.
+        self._order: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
         self._closed = False
-        self._sql = {
-            "facts": f"SELECT kind, value, updated_at FROM {s}.facts "
-            "WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY updated_at DESC",
-            "summaries": f"SELECT call_id, text, created_at FROM {s}.summaries "
-            "WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
-            "search": f"""SELECT {EXCHANGE_COLUMNS} FROM {s}.exchanges,
-                       to_tsquery('{TEXT_SEARCH_CONFIG}', %(q)s) AS q
-                   WHERE tenant = %(t)s AND caller_id = %(c)s AND search @@ q
-                     AND call_id IS DISTINCT FROM %(x)s
-                   ORDER BY ts_rank_cd(search, q) DESC, created_at DESC LIMIT %(n)s""",
-            "exchanges": f"SELECT {EXCHANGE_COLUMNS} FROM {s}.exchanges "
-            "WHERE tenant = %(t)s AND caller_id = %(c)s AND (%(call)s::text IS NULL "
-            "OR call_id = %(call)s) ORDER BY created_at, seq",
-            "save": f"""INSERT INTO {s}.exchanges (tenant, caller_id, key, call_id,
-                       user_text, assistant_text, interrupted, item_ids, created_at)
-                   VALUES (%(t)s, %(c)s, %(key)s, %(call)s, %(user)s, %(reply)s, %(cut)s,
-                       %(items)s, %(at)s)
-                   ON CONFLICT (tenant, caller_id, key) DO UPDATE SET
-                       user_text = excluded.user_text, assistant_text = excluded.assistant_text,
-                       interrupted = excluded.interrupted, item_ids = excluded.item_ids""",
-            "remember": f"""INSERT INTO {s}.facts VALUES (%(t)s, %(c)s, %(kind)s, %(v)s, %(at)s)
-                   ON CONFLICT (tenant, caller_id, kind) DO UPDATE SET
-                       value = excluded.value, updated_at = excluded.updated_at""",
-            "summary": f"""INSERT INTO {s}.summaries VALUES (%(t)s, %(c)s, %(call)s, %(v)s, %(at)s)
-                   ON CONFLICT (tenant, caller_id, call_id) DO UPDATE SET text = excluded.text""",
-            "callers": f"""SELECT caller_id FROM {s}.exchanges WHERE tenant = %(t)s
-                   UNION SELECT caller_id FROM {s}.facts WHERE tenant = %(t)s
-                   UNION SELECT caller_id FROM {s}.summaries WHERE tenant = %(t)s""",
-        }
-
-    # -- connections, bounds and the once-only log --
-
-    async def _connection_pool(self) -> AsyncConnectionPool:
-        if self._closed:
-            raise StoreUnavailable("the memory store is closed")
-        loop = asyncio.get_running_loop()
-        if self._pool is None or self._pool_loop is not loop:
-            # A pool lives in the loop that opened it: the call's loop, made after
-            # prewarm. (A store reused from another loop, as tests do, gets its own.)
-            self._pool, self._pool_loop = AsyncConnectionPool(
-                self.target.conninfo,
-                min_size=1,
-                max_size=POOL_SIZE,
-                kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT,
-                        "application_name": "livekit-memory"},
-                configure=self._configure,
-                reconnect_timeout=10.0,  # give up a backoff early; demand retries at once
-                name=POOL_NAME,
-                open=False,
-            ), loop
-            await self._pool.open(wait=False)
-        if not self._schema_ok:
-            await self._check_schema(self._pool)
-        return self._pool
-
-    @staticmethod
-    async def _configure(conn: psycopg.AsyncConnection) -> None:
-        # Bound every statement on the server too: it stops even if we are gone.
-        ms = int(STATEMENT_TIMEOUT * 1000)
-        await conn.execute(f"SET statement_timeout = {ms}")
-        await conn.execute(f"SET idle_in_transaction_session_timeout = {2 * ms}")
-
-    async def _check_schema(self, pool: AsyncConnectionPool) -> None:
-        if self._schema_error is not None and time.monotonic() < self._recheck_at:
-            raise self._schema_error
-        async with pool.connection(timeout=READ_TIMEOUT) as conn:
-            cur = await conn.execute("SELECT to_regclass(%s)", [f"{self.target.schema}.schema_version"])
-            version = 0
-            if (await cur.fetchone())[0] is not None:
-                cur = await conn.execute(f"SELECT version FROM {self.target.schema}.schema_version")
-                version = (await cur.fetchone())[0]
-        self._verified(version)
-
-    def _verified(self, version: int) -> None:
-        """Take the schema version found; raises (and logs once) SchemaMismatch."""
-        if version == SCHEMA_VERSION:
-            self._schema_ok, self._schema_error = True, None
-            self._report(None)
-            return
-        if version == 0:
-            why = f"no memory schema at {self.target.where}"
-            todo = "run `uv run postgres_store.py upgrade` with this MEMORY_URL"
-        elif version < SCHEMA_VERSION:
-            why = f"memory schema at {self.target.where} is version {version}, this code needs {SCHEMA_VERSION}"
-            todo = "run `uv run postgres_store.py upgrade` with this MEMORY_URL"
-        else:
-            why = f"memory schema at {self.target.where} is version {version}, newer than this code's {SCHEMA_VERSION}"
-            todo = "deploy the newer agent"
-        self._schema_error = SchemaMismatch(f"{why}; {todo}")
-        self._recheck_at = time.monotonic() + RECHECK_AFTER
-        self._report(f"{why}: calls go on without memory; {todo}")
-        raise self._schema_error
-
-    def _report(self, problem: str | None) -> None:
-        """Log a change of health once per process (not once per call or query)."""
-        if problem == self._problem:
-            return
-        if problem is not None:
-            logger.error("memory: %s", problem)
-        elif self._problem is not None:
-            logger.warning("memory: PostgreSQL at %s works again", self.target.where)
-        self._problem = problem
-
-    async def _bounded(self, work: Awaitable[T], timeout: float, what: str) -> T:
-        # The work runs as its own task and we stop waiting at the bound: cancelling
-        # it makes psycopg cancel the query on the server, which can itself take a
-        # while when the network is gone, and the caller must not wait for that.
-        task = asyncio.ensure_future(work)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), timeout)
-        except BaseException as exc:
-            task.cancel()
-            if isinstance(exc, TimeoutError):
-                raise StoreUnavailable(f"{what} did not finish within {timeout:g} s") from None
-            raise
-
-    @asynccontextmanager
-    async def _connection(self, timeout: float):
-        """A pooled connection; a connection the server dropped (a restart) is
-        replaced once; a pool that has none to give raises StoreUnavailable."""
-        pool = await self._connection_pool()
-        try:
-            async with pool.connection(timeout=timeout) as conn:
-                yield conn
-        except PoolTimeout:
-            stats = pool.get_stats()
-            if stats.get("pool_size", 0) == 0:
-                problem = f"cannot connect to PostgreSQL at {self.target.where}"
-            else:
-                problem = f"all {POOL_SIZE} connections to {self.target.where} are busy"
-            self._report(f"{problem}: calls go on without memory until it recovers")
-            raise StoreUnavailable(problem) from None
-        self._report(None)
-
-    async def _run(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]], timeout: float) -> T:
-        for attempt in (1, 2):
-            try:
-                async with self._connection(timeout) as conn:
-                    return await work(conn)
-            except psycopg.OperationalError:
-                # A pooled connection broken by a server restart fails on its next
-                # use; drop the broken ones and try once more (every query here can
-                # be repeated: reads, upserts, deletes).
-                if attempt == 2 or self._pool is None:
-                    raise
-                await self._pool.check()
-        raise AssertionError("unreachable")
-
-    async def _read(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
-        return await self._bounded(self._run(work, READ_TIMEOUT), READ_TIMEOUT, "a read")
-
-    async def _write(
-        self, caller_id: str | None, statements: list[tuple[str, dict]], timeout: float | None,
-        what: str,
-    ) -> int:
-        """Run ``statements`` ((sql, arguments) pairs) in one transaction, after this
-        caller's earlier writes; returns the number of rows changed. With ``timeout``
-        the write is applied within that many seconds or not at all: the server stops
-        its statements at the deadline and COMMIT is sent only while time is left."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-
-        async def transaction(conn: psycopg.AsyncConnection) -> int:
-            changed = 0
-            async with conn.transaction():
-                ms = 0 if deadline is None else max(1, int((deadline - loop.time()) * 1000))
-                await conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(ms)])
-                for sql, args in statements:
-                    cur = await conn.execute(sql, {"t": self.target.tenant, "c": caller_id, **args})
-                    changed += cur.rowcount
-                if deadline is not None and loop.time() > deadline - COMMIT_MARGIN:
-                    raise StoreUnavailable(f"{what} ran out of time; nothing was written")
-            return changed
-
-        async def in_order() -> int:
-            lock = self._caller_locks.setdefault(caller_id or "", asyncio.Lock())
-            async with lock:
-                return await self._run(transaction, SAVE_TIMEOUT if timeout is None else timeout)
-
-        if timeout is None:
-            return await in_order()
-        return await self._bounded(in_order(), timeout, what)
 
     # -- writes --
 
@@ -464,7 +294,7 @@ class PostgresStore:
         call_id: str | None = None,
         timeout: float = WRITE_TIMEOUT,
     ) -> int:
-        # Deleting a row deletes its index entries (the GIN search index included).
+        # Deleting a row deletes its index entries (the search index's included).
         if kind is not None:
             tables, only = ["facts"], " AND kind = %(kind)s"
         elif call_id is not None:
@@ -472,12 +302,16 @@ class PostgresStore:
         else:
             tables, only = list(TABLES), ""
         args = {"kind": kind, "call": call_id}
-        statements = [
-            (f"DELETE FROM {self.target.schema}.{table} "
-             f"WHERE tenant = %(t)s AND caller_id = %(c)s{only}", args)
-            for table in tables
-        ]
-        return await self._write(caller_id, statements, timeout, "forgetting")
+        where = f"WHERE tenant = %(t)s AND caller_id = %(c)s{only}"
+        deletes = [(f"DELETE FROM {self.target.schema}.{t} {where}", args) for t in tables]
+        return await self._write(caller_id, deletes, timeout, "forgetting")
+
+    async def purge(self, *, before: float, what: str) -> int:
+        if what not in PURGEABLE:
+            raise ValueError(f"what must be one of {', '.join(PURGEABLE)}, not {what!r}")
+        column = "updated_at" if what == "facts" else "created_at"
+        sql = f"DELETE FROM {self.target.schema}.{what} WHERE tenant = %(t)s AND {column} < %(b)s"
+        return await self._write("", [(sql, {"b": before})], None, "a purge")
 
     # -- reads --
 
@@ -496,8 +330,7 @@ class PostgresStore:
         args = {"t": self.target.tenant, "c": caller_id, "q": q, "x": exclude_call_id}
 
         async def work(conn: psycopg.AsyncConnection) -> Recall:
-            # One round trip for the two or three queries.
-            async with conn.pipeline():
+            async with conn.pipeline():  # the queries go in one round trip
                 facts = await conn.execute(self._sql["facts"], args)
                 summaries = await conn.execute(self._sql["summaries"], {**args, "n": RECENT_SUMMARIES})
                 found = await conn.execute(self._sql["search"], {**args, "n": limit}) if q else None
@@ -510,56 +343,188 @@ class PostgresStore:
         return await self._read(work)
 
     async def exchanges(self, caller_id: str, *, call_id: str | None = None) -> list[Exchange]:
-        args = {"t": self.target.tenant, "c": caller_id, "call": call_id}
-        rows = await self._read(lambda conn: _fetch(conn, self._sql["exchanges"], args))
-        return [_exchange(r) for r in rows]
+        args = {"c": caller_id, "call": call_id}
+        return [_exchange(r) for r in await self._fetch(self._sql["exchanges"], args)]
 
     async def summaries(self, caller_id: str) -> list[Summary]:
-        args = {"t": self.target.tenant, "c": caller_id, "n": None}
-        rows = await self._read(lambda conn: _fetch(conn, self._sql["summaries"], args))
-        return [Summary(*r) for r in rows]
+        args = {"c": caller_id, "n": None}  # LIMIT NULL: all of them
+        return [Summary(*r) for r in await self._fetch(self._sql["summaries"], args)]
 
     async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
-        sql = f"SELECT caller_id FROM ({self._sql['callers']}) c WHERE caller_id > %(a)s ORDER BY caller_id COLLATE \"C\" LIMIT %(n)s"
-        rows = await self._read(lambda conn: _fetch(conn, sql, {"t": self.target.tenant, "a": after, "n": limit}))
-        return [r[0] for r in rows]
-
-    async def purge(self, *, before: float, what: str) -> int:
-        if what not in PURGEABLE:
-            raise ValueError(f"what must be one of {', '.join(PURGEABLE)}, not {what!r}")
-        column = "updated_at" if what == "facts" else "created_at"
-        sql = f"DELETE FROM {self.target.schema}.{what} WHERE tenant = %(t)s AND {column} < %(b)s"
-        return await self._write(None, [(sql, {"b": before})], None, "a purge")
+        # COLLATE "C": the byte order of ids, whatever the database's locale
+        sql = (f"SELECT caller_id FROM ({self._sql['callers']}) c WHERE caller_id"
+               ' COLLATE "C" > %(a)s ORDER BY caller_id COLLATE "C" LIMIT %(n)s')
+        return [r[0] for r in await self._fetch(sql, {"a": after, "n": limit})]
 
     async def stats(self) -> dict[str, int]:
-        s, t = self.target.schema, {"t": self.target.tenant}
-        counts = ", ".join(f"(SELECT count(*) FROM {s}.{x} WHERE tenant = %(t)s)" for x in PURGEABLE)
-        sql = f"SELECT {counts}, (SELECT count(*) FROM ({self._sql['callers']}) c)"
-        (row,) = await self._read(lambda conn: _fetch(conn, sql, t))
+        counts = [f"(SELECT count(*) FROM {self.target.schema}.{t} WHERE tenant = %(t)s)"
+                  for t in PURGEABLE]
+        sql = f"SELECT {', '.join(counts)}, (SELECT count(*) FROM ({self._sql['callers']}) c)"
+        (row,) = await self._fetch(sql, {})
         return dict(zip((*PURGEABLE, "callers"), row, strict=True))
 
     async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._pool is not None and self._pool_loop is asyncio.get_running_loop():
+                await self._pool.close()
+
+    # -- how the work runs: in order, within bounds, on one pool per event loop --
+
+    async def _fetch(self, sql: str, args: dict) -> list[tuple]:
+        async def work(conn: psycopg.AsyncConnection) -> list[tuple]:
+            return await (await conn.execute(sql, {"t": self.target.tenant, **args})).fetchall()
+
+        return await self._read(work)
+
+    async def _read(self, work: Work[T]) -> T:
+        return await _bounded(self._run(work, READ_TIMEOUT), READ_TIMEOUT, "a read")
+
+    async def _write(
+        self, caller_id: str, statements: list[tuple[str, dict]], timeout: float | None, what: str
+    ) -> int:
+        """Run ``statements`` ((sql, arguments) pairs) in one transaction after the
+        caller's earlier writes; returns the rows changed. With ``timeout`` the write
+        is applied within that many seconds or not at all: the server stops its
+        statements at the deadline, and COMMIT is sent only while time is left."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout or 0)
+        lock = self._order.setdefault(caller_id, asyncio.Lock())
+        try:
+            async with asyncio.timeout(timeout):  # a free lock is taken at once, in call order
+                await lock.acquire()
+        except TimeoutError:
+            raise StoreUnavailable(f"{what} waited {timeout:g} s for earlier writes") from None
+
+        async def transaction(conn: psycopg.AsyncConnection) -> int:
+            changed = 0
+            async with conn.transaction():
+                ms = max(1, int((deadline - loop.time()) * 1000)) if timeout else 0
+                await conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(ms)])
+                for sql, args in statements:
+                    cur = await conn.execute(sql, {"t": self.target.tenant, "c": caller_id, **args})
+                    changed += cur.rowcount
+                if timeout and loop.time() > deadline - COMMIT_MARGIN:
+                    raise StoreUnavailable(f"{what} ran out of time; nothing was written")
+            return changed
+
+        try:
+            if timeout is None:  # an operator's purge: as long as it takes
+                return await self._run(transaction, SAVE_TIMEOUT)
+            left = deadline - loop.time()
+            return await _bounded(self._run(transaction, left), left, what)
+        finally:
+            lock.release()
+
+    async def _run(self, work: Work[T], timeout: float) -> T:
+        """``work`` on a pooled connection. A connection that a server restart broke
+        fails on its next use: the broken ones are dropped and the work tried once
+        more (every statement here can be repeated: reads, upserts, deletes)."""
+        if self._schema_error is not None and time.monotonic() < self._recheck_at:
+            raise self._schema_error
+        pool = await self._pool_for_this_loop()
+        for attempt in (1, 2):
+            try:
+                async with pool.connection(timeout=timeout) as conn:
+                    if not self._schema_ok:
+                        await self._check_schema(conn)
+                    result = await work(conn)
+            except PoolTimeout:
+                busy = pool.get_stats().get("pool_size", 0) > 0
+                problem = (f"all {POOL_SIZE} connections to {self.target.where} are busy" if busy
+                           else f"cannot connect to PostgreSQL at {self.target.where}")
+                self._report(f"{problem}; calls go on without memory")
+                raise StoreUnavailable(problem) from None
+            except psycopg.OperationalError:
+                if attempt == 2:
+                    raise
+                await pool.check()
+                continue
+            self._report(None)
+            return result
+        raise AssertionError("unreachable")
+
+    async def _pool_for_this_loop(self) -> AsyncConnectionPool:
         if self._closed:
+            raise StoreUnavailable("the memory store is closed")
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop:
+            # A pool belongs to the loop that opened it: the call's, made after prewarm.
+            # (A store used from another loop, as in tests, gets a pool of its own.)
+            self._pool_loop = loop
+            self._pool = AsyncConnectionPool(
+                self.target.conninfo,
+                min_size=1,
+                max_size=POOL_SIZE,
+                kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT,
+                        "application_name": "livekit-memory"},
+                configure=_configure,
+                reconnect_timeout=10.0,  # after a long outage, reconnect on demand at once
+                name=POOL_NAME,
+                open=False,
+            )
+            await self._pool.open(wait=False)
+        return self._pool
+
+    async def _check_schema(self, conn: psycopg.AsyncConnection) -> None:
+        s = self.target.schema
+        found = await (await conn.execute("SELECT to_regclass(%s)", [f"{s}.schema_version"])).fetchone()
+        version = 0
+        if found[0] is not None:
+            version = (await (await conn.execute(f"SELECT version FROM {s}.schema_version")).fetchone())[0]
+        self._schema_at(version)
+
+    def _schema_at(self, version: int) -> None:
+        """Take the version found; raises SchemaMismatch (logged once) unless current."""
+        if version == SCHEMA_VERSION:
+            self._schema_ok, self._schema_error = True, None
             return
-        self._closed = True
-        if self._pool is not None and self._pool_loop is asyncio.get_running_loop():
-            await self._pool.close()
-        self._pool = None
+        upgrade = "run `uv run postgres_store.py upgrade` with this MEMORY_URL"
+        if version == 0:
+            why, todo = f"no memory schema at {self.target.where}", upgrade
+        elif version < SCHEMA_VERSION:
+            why, todo = f"memory schema version {version} at {self.target.where}, this code needs {SCHEMA_VERSION}", upgrade
+        else:
+            why, todo = f"memory schema version {version} at {self.target.where} is newer than this code's {SCHEMA_VERSION}", "deploy the newer agent"
+        self._schema_error = SchemaMismatch(f"{why}; {todo}")
+        self._recheck_at = time.monotonic() + RECHECK_AFTER
+        self._report(f"{why}; calls go on without memory: {todo}")
+        raise self._schema_error
+
+    def _report(self, problem: str | None) -> None:
+        """Log a change of health once per process, not once per call or query."""
+        if problem != self._problem:
+            if problem is not None:
+                logger.error("memory: %s", problem)
+            else:
+                logger.warning("memory: PostgreSQL at %s works again", self.target.where)
+            self._problem = problem
 
 
-EXCHANGE_COLUMNS = (
-    "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids, created_at"
-)
-POOL_NAME = "livekit-memory"
+async def _bounded(work: Awaitable[T], timeout: float, what: str) -> T:
+    # The work runs as a task of its own and we stop waiting at the bound. Cancelling
+    # it makes psycopg cancel the query on the server, which can take a while when the
+    # network is gone; the caller does not wait for that.
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), timeout)
+    except BaseException as exc:
+        task.cancel()
+        if isinstance(exc, TimeoutError):
+            raise StoreUnavailable(f"{what} did not finish within {timeout:.2f} s") from None
+        raise
+
+
+async def _configure(conn: psycopg.AsyncConnection) -> None:
+    ms = int(STATEMENT_TIMEOUT * 1000)
+    await conn.execute(f"SET statement_timeout = {ms}")
+    await conn.execute(f"SET idle_in_transaction_session_timeout = {2 * ms}")
 
 
 def _exchange(row: tuple) -> Exchange:
-    *head, item_ids, created_at = row
-    return Exchange(*head, item_ids=tuple(item_ids), created_at=created_at)
-
-
-async def _fetch(conn: psycopg.AsyncConnection, sql: str, args: dict) -> list[tuple]:
-    return await (await conn.execute(sql, args)).fetchall()
+    *fields, item_ids, created_at = row
+    return Exchange(*fields, item_ids=tuple(item_ids), created_at=created_at)
 
 
 def redact(url: str) -> str:
@@ -567,14 +532,17 @@ def redact(url: str) -> str:
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
-class _QuietPool(logging.Filter):
-    # psycopg_pool warns on every failed reconnection attempt; the store says once
+POOL_NAME = "livekit-memory"
+
+
+class _OncePerOutage(logging.Filter):
+    # psycopg_pool warns at every failed reconnection attempt; the store says once
     # that the server is down and once that it is back.
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.ERROR or POOL_NAME not in record.getMessage()
 
 
-logging.getLogger("psycopg.pool").addFilter(_QuietPool())
+logging.getLogger("psycopg.pool").addFilter(_OncePerOutage())
 
 
 # -- Operator commands: uv run postgres_store.py status|sql|upgrade|check -----------
