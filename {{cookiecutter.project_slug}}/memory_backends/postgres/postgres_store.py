@@ -233,7 +233,8 @@ def open_store(url: str) -> PostgresStore:
         with store.target.connect() as conn:
             store._schema_at(read_version(conn, store.target.schema))
     except psycopg.Error as exc:
-        store._report(f"cannot reach PostgreSQL at {store.target.where}: {exc}".strip())
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        store._report(f"cannot reach PostgreSQL at {store.target.where}", f" ({reason})")
     except SchemaMismatch:
         pass  # logged
     return store
@@ -262,6 +263,7 @@ class PostgresStore:
         self._schema_error: SchemaMismatch | None = None
         self._recheck_at = 0.0
         self._problem: str | None = None  # what was last logged, so it is logged once
+        self._in_use = 0  # connections running our work (all busy: the pool is exhausted)
         # One caller's writes apply in the order they were made (a save already under
         # way lands before a forget that follows it), whichever connection each gets.
         self._order: weakref.WeakValueDictionary[str, asyncio.Lock] = (
@@ -424,19 +426,26 @@ class PostgresStore:
             raise self._schema_error
         pool = await self._pool_for_this_loop()
         for attempt in (1, 2):
+            conn = None
             try:
-                async with pool.connection(timeout=timeout) as conn:
-                    if not self._schema_ok:
-                        await self._check_schema(conn)
-                    result = await work(conn)
+                # Half the time for a connection, so a pool with none to give is
+                # told apart from a slow query.
+                async with pool.connection(timeout=timeout / 2) as conn:
+                    self._in_use += 1
+                    try:
+                        if not self._schema_ok:
+                            await self._check_schema(conn)
+                        result = await work(conn)
+                    finally:
+                        self._in_use -= 1
             except PoolTimeout:
-                busy = pool.get_stats().get("pool_size", 0) > 0
-                problem = (f"all {POOL_SIZE} connections to {self.target.where} are busy" if busy
-                           else f"cannot connect to PostgreSQL at {self.target.where}")
-                self._report(f"{problem}; calls go on without memory")
+                problem = (f"all {POOL_SIZE} connections to {self.target.where} are busy"
+                           if self._in_use >= POOL_SIZE
+                           else f"cannot reach PostgreSQL at {self.target.where}")
+                self._report(problem)
                 raise StoreUnavailable(problem) from None
             except psycopg.OperationalError:
-                if attempt == 2:
+                if attempt == 2 or conn is None or not conn.broken:
                     raise
                 await pool.check()
                 continue
@@ -459,7 +468,10 @@ class PostgresStore:
                 kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT,
                         "application_name": "livekit-memory"},
                 configure=_configure,
-                reconnect_timeout=10.0,  # after a long outage, reconnect on demand at once
+                # A failed connection is retried after 1 s, then 2 s; after that the
+                # pool gives up and the next query asks again at once, so a server
+                # that is back is used within ~2 s however long it was away.
+                reconnect_timeout=3.0,
                 name=POOL_NAME,
                 open=False,
             )
@@ -488,14 +500,14 @@ class PostgresStore:
             why, todo = f"memory schema version {version} at {self.target.where} is newer than this code's {SCHEMA_VERSION}", "deploy the newer agent"
         self._schema_error = SchemaMismatch(f"{why}; {todo}")
         self._recheck_at = time.monotonic() + RECHECK_AFTER
-        self._report(f"{why}; calls go on without memory: {todo}")
+        self._report(why, f": {todo}")
         raise self._schema_error
 
-    def _report(self, problem: str | None) -> None:
+    def _report(self, problem: str | None, more: str = "") -> None:
         """Log a change of health once per process, not once per call or query."""
         if problem != self._problem:
             if problem is not None:
-                logger.error("memory: %s", problem)
+                logger.error("memory: %s; calls go on without memory%s", problem, more)
             else:
                 logger.warning("memory: PostgreSQL at %s works again", self.target.where)
             self._problem = problem
@@ -588,6 +600,17 @@ INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
     ON CONFLICT (role_name) DO UPDATE SET tenant = excluded.tenant;"""
 
 
+def vacuum(url: str) -> None:
+    """Reclaim what forget and purge deleted, without blocking the workers: VACUUM
+    the tables, and rebuild the search index, whose entry tree keeps the words of
+    deleted rows (with no link to any row) until it is rebuilt."""
+    target = Target(url)
+    with target.connect(autocommit=True) as conn:
+        for table in TABLES:
+            conn.execute(f"VACUUM {target.schema}.{table}")
+        conn.execute(f"REINDEX INDEX CONCURRENTLY {target.schema}.exchanges_search")
+
+
 def isolation_report(url: str) -> list[tuple[bool, str]]:
     """Is tenant isolation in force for the URL's role? (ok, what was checked) pairs;
     it is when every one is ok. Raises psycopg errors."""
@@ -629,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     from dotenv import load_dotenv
 
     parser = argparse.ArgumentParser(prog="postgres_store.py", description=main.__doc__)
-    parser.add_argument("command", choices=["status", "sql", "upgrade", "check"])
+    parser.add_argument("command", choices=["status", "sql", "upgrade", "check", "vacuum"])
     parser.add_argument("--url", help="default: MEMORY_URL from the environment or .env.local")
     parser.add_argument("--app-role", metavar="NAME", help="sql: print a role held to this tenant")
     args = parser.parse_args(argv)
@@ -652,6 +675,10 @@ def main(argv: list[str] | None = None) -> int:
             enforced = all(ok for ok, _ in report)
             print(f"tenant isolation is {'in force' if enforced else 'NOT in force'} for {redact(url)}")
             return 0 if enforced else 1
+        if args.command == "vacuum":
+            vacuum(url)
+            print(f"{target.where}: vacuumed; the search index rebuilt")
+            return 0
         with target.connect() as conn:
             found = read_version(conn, target.schema)
         if args.command == "sql":
