@@ -180,11 +180,14 @@ def test_hostile_free_text_is_kept_as_data(cookies, text):
     assert text in (result.project_path / "README.md").read_text()
 
 
-def test_the_generated_dependencies_are_the_ones_this_environment_runs(cookies):
-    result = bake(cookies)
+@pytest.mark.parametrize("backend", CHOICES["memory_backend"])
+def test_the_generated_dependencies_are_the_ones_this_environment_runs(cookies, backend):
+    result = bake(cookies, memory_backend=backend)
     pyproject = tomllib.loads((result.project_path / "pyproject.toml").read_text())
     wanted = pyproject["project"]["dependencies"] + pyproject["dependency-groups"]["dev"]
+    kit = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["dev"]
     for line in wanted:
+        assert line in kit, f"{line} is not in the kit's dev group"
         req = Requirement(line)
         installed = metadata.version(req.name)
         assert req.specifier.contains(installed, prereleases=True), (
@@ -205,8 +208,10 @@ def storage_tests(project: Path) -> list[str]:
 @pytest.mark.parametrize(
     "answers", COMBINATIONS, ids=lambda a: f"{a['memory_backend']}-{a['recipe']}-{a['suite']}"
 )
-def test_every_choice_renders_and_its_own_tests_pass(cookies, answers):
+def test_every_choice_renders_and_its_own_tests_pass(cookies, request, answers):
     suite = answers.pop("suite")
+    if answers["memory_backend"] == "postgres":
+        request.getfixturevalue("postgres_server")  # one answers, or is started
     result = bake(cookies, **answers)
     assert result.exit_code == 0, result.exception
     selected = storage_tests(result.project_path) if suite == "storage" else []

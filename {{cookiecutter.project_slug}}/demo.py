@@ -136,6 +136,8 @@ if __name__ == "__main__":
     url = args.url or os.getenv("MEMORY_URL")
     if url:
         asyncio.run(main(url))
+    elif not Path(__file__).with_name("sqlite_store.py").exists():
+        parser.error("set MEMORY_URL (or pass --url): this project's store needs one (README.md)")
     else:
         with tempfile.TemporaryDirectory() as tmp:
             # a throwaway SQLite file; with another backend, set MEMORY_URL or --url
