@@ -71,6 +71,8 @@ READ_TIMEOUT = 1.0
 bounds the work left behind, so slow queries cannot pile up on the pool."""
 SAVE_TIMEOUT = 5.0
 """Seconds one exchange or summary save may take (memory.ExchangeWriter retries)."""
+PURGE_TIMEOUT = 600.0
+"""Seconds a purge (an operator's retention job) may take."""
 STATEMENT_TIMEOUT = 5.0
 """The server stops any statement of ours after this, even if we are gone."""
 COMMIT_MARGIN = 0.1
@@ -176,7 +178,11 @@ QUERIES = {
     " %(call)s, %(user)s, %(reply)s, %(cut)s, %(items)s, %(at)s)"
     " ON CONFLICT (tenant, caller_id, key) DO UPDATE SET user_text = excluded.user_text,"
     " assistant_text = excluded.assistant_text, interrupted = excluded.interrupted,"
-    " item_ids = excluded.item_ids",
+    " item_ids = excluded.item_ids"
+    # a retried save of the same version writes nothing (no new row version to index)
+    " WHERE (exchanges.user_text, exchanges.assistant_text, exchanges.interrupted,"
+    " exchanges.item_ids) IS DISTINCT FROM (excluded.user_text, excluded.assistant_text,"
+    " excluded.interrupted, excluded.item_ids)",
     "remember": "INSERT INTO {s}.facts VALUES (%(t)s, %(c)s, %(kind)s, %(v)s, %(at)s)"
     " ON CONFLICT (tenant, caller_id, kind) DO UPDATE SET value = excluded.value,"
     " updated_at = excluded.updated_at",
@@ -277,16 +283,16 @@ class PostgresStore:
         e = exchange
         args = {"key": e.key, "call": e.call_id, "user": e.user_text, "reply": e.assistant_text,
                 "cut": e.interrupted, "items": list(e.item_ids), "at": e.created_at}
-        await self._write(e.caller_id, [(self._sql["save"], args)], SAVE_TIMEOUT, "a save")
+        await self._write(e.caller_id, [(self._sql["save"], args)], "a save")
 
     async def remember(self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT) -> Fact:
         args = {"kind": fact.kind, "v": fact.value, "at": fact.updated_at}
-        await self._write(caller_id, [(self._sql["remember"], args)], timeout, "a fact")
+        await self._write(caller_id, [(self._sql["remember"], args)], "a fact", timeout)
         return fact
 
     async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
         args = {"call": call_id, "v": text, "at": time.time()}
-        await self._write(caller_id, [(self._sql["summary"], args)], SAVE_TIMEOUT, "a summary")
+        await self._write(caller_id, [(self._sql["summary"], args)], "a summary")
 
     async def forget(
         self,
@@ -306,14 +312,14 @@ class PostgresStore:
         args = {"kind": kind, "call": call_id}
         where = f"WHERE tenant = %(t)s AND caller_id = %(c)s{only}"
         deletes = [(f"DELETE FROM {self.target.schema}.{t} {where}", args) for t in tables]
-        return await self._write(caller_id, deletes, timeout, "forgetting")
+        return await self._write(caller_id, deletes, "forgetting", timeout)
 
     async def purge(self, *, before: float, what: str) -> int:
         if what not in PURGEABLE:
             raise ValueError(f"what must be one of {', '.join(PURGEABLE)}, not {what!r}")
         column = "updated_at" if what == "facts" else "created_at"
         sql = f"DELETE FROM {self.target.schema}.{what} WHERE tenant = %(t)s AND {column} < %(b)s"
-        return await self._write("", [(sql, {"b": before})], None, "a purge")
+        return await self._write("", [(sql, {"b": before})], "a purge", PURGE_TIMEOUT)
 
     # -- reads --
 
@@ -383,38 +389,42 @@ class PostgresStore:
         return await _bounded(self._run(work, READ_TIMEOUT), READ_TIMEOUT, "a read")
 
     async def _write(
-        self, caller_id: str, statements: list[tuple[str, dict]], timeout: float | None, what: str
+        self, caller_id: str, statements: list[tuple[str, dict]], what: str,
+        timeout: float | None = None,
     ) -> int:
-        """Run ``statements`` ((sql, arguments) pairs) in one transaction after the
-        caller's earlier writes; returns the rows changed. With ``timeout`` the write
-        is applied within that many seconds or not at all: the server stops its
-        statements at the deadline, and COMMIT is sent only while time is left."""
+        """Run ``statements`` ((sql, arguments) pairs) after the caller's earlier writes;
+        returns the rows changed. With ``timeout``: in one transaction, applied within
+        that many seconds or not at all (the server stops its statements at the
+        deadline; COMMIT is sent only while time is left). Without: each statement on
+        its own, within SAVE_TIMEOUT (a save can be repeated, so a lost answer is no
+        harm), in one round trip."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (timeout or 0)
+        bound = SAVE_TIMEOUT if timeout is None else timeout
+        deadline = loop.time() + bound
         lock = self._order.setdefault(caller_id, asyncio.Lock())
         try:
-            async with asyncio.timeout(timeout):  # a free lock is taken at once, in call order
+            async with asyncio.timeout(bound):  # a free lock is taken at once, in call order
                 await lock.acquire()
         except TimeoutError:
-            raise StoreUnavailable(f"{what} waited {timeout:g} s for earlier writes") from None
+            raise StoreUnavailable(f"{what} waited {bound:g} s for earlier writes") from None
 
-        async def transaction(conn: psycopg.AsyncConnection) -> int:
+        async def run(conn: psycopg.AsyncConnection) -> int:
+            scope = {"t": self.target.tenant, "c": caller_id}
+            if timeout is None:
+                return sum([(await conn.execute(sql, {**scope, **a})).rowcount for sql, a in statements])
             changed = 0
             async with conn.transaction():
-                ms = max(1, int((deadline - loop.time()) * 1000)) if timeout else 0
+                ms = max(1, int((deadline - loop.time()) * 1000))
                 await conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(ms)])
                 for sql, args in statements:
-                    cur = await conn.execute(sql, {"t": self.target.tenant, "c": caller_id, **args})
-                    changed += cur.rowcount
-                if timeout and loop.time() > deadline - COMMIT_MARGIN:
+                    changed += (await conn.execute(sql, {**scope, **args})).rowcount
+                if loop.time() > deadline - COMMIT_MARGIN:
                     raise StoreUnavailable(f"{what} ran out of time; nothing was written")
             return changed
 
         try:
-            if timeout is None:  # an operator's purge: as long as it takes
-                return await self._run(transaction, SAVE_TIMEOUT)
             left = deadline - loop.time()
-            return await _bounded(self._run(transaction, left), left, what)
+            return await _bounded(self._run(run, left), left, what)
         finally:
             lock.release()
 
