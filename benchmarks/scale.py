@@ -10,6 +10,7 @@ the end).
 What is measured at each size, for each backend, in one process:
 - recall: ``store.recall(caller, question)`` as ``CallMemory.block_for`` calls it
   (limit 8, the current call left out), one at a time, for --recalls random callers
+  (or as many as fit in --recall-seconds)
   that have exchanges; the question shares a few content words with one of the
   caller's exchanges and is padded with function words, as a spoken question is.
   p50 / p95 / p99 in milliseconds.
@@ -140,7 +141,7 @@ def percentile(values: list[float], p: float) -> float:
 
 async def measure(store: memory.MemoryStore, stored: list[memory.Exchange], text: Text,
                   rng: random.Random, recalls: int, writes: int, concurrency: int,
-                  serial: int) -> dict:
+                  serial: int, recall_seconds: float) -> dict:
     by_caller: dict[str, list[memory.Exchange]] = {}
     for e in stored:
         by_caller.setdefault(e.caller_id, []).append(e)
@@ -148,7 +149,8 @@ async def measure(store: memory.MemoryStore, stored: list[memory.Exchange], text
     for _ in range(20):  # warm up: connections, caches, prepared statements
         await store.recall(rng.choice(callers), "warm up")
     waits, found = [], 0
-    for _ in range(recalls):
+    stop_at = time.monotonic() + recall_seconds
+    while len(waits) < recalls and time.monotonic() < stop_at:
         caller = rng.choice(callers)
         target = rng.choice(by_caller[caller])
         words = [w for w in target.user_text.split() if w not in FUNCTION_WORDS]
@@ -158,6 +160,7 @@ async def measure(store: memory.MemoryStore, stored: list[memory.Exchange], text
         recall = await store.recall(caller, question, exclude_call_id="the-current-call")
         waits.append(time.perf_counter() - started)
         found += any(e.key == target.key for e in recall.exchanges)
+    recalls = len(waits)
 
     queue = [memory.Exchange(
         key=uuid.uuid4().hex, caller_id=caller_of(CALLERS + n % concurrency),
@@ -185,6 +188,7 @@ async def measure(store: memory.MemoryStore, stored: list[memory.Exchange], text
     return {
         "recall_ms": {"p50": percentile(waits, 50) * ms, "p95": percentile(waits, 95) * ms,
                       "p99": percentile(waits, 99) * ms, "mean": statistics.fmean(waits) * ms},
+        "recalls": recalls,
         "recall_found_target": found / recalls,
         "writes_per_s": writes / elapsed,
         "save_ms_concurrent": {"p50": percentile(save_times, 50) * ms,
@@ -233,11 +237,13 @@ async def run(args: argparse.Namespace) -> dict:
             results["sizes"][size] = {}
             for name, store in stores.items():
                 r = await measure(store, stored, text, random.Random(args.seed + size),
-                                  args.recalls, args.writes, args.concurrency, args.serial)
+                                  args.recalls, args.writes, args.concurrency, args.serial,
+                                  args.recall_seconds)
                 r["bytes"] = size_of(db if name == "sqlite" else pg_url)
                 results["sizes"][size][name] = r
                 print(f"{size:>9,} {name:8} recall p50 {r['recall_ms']['p50']:.2f} ms"
-                      f" p95 {r['recall_ms']['p95']:.2f} ms | {r['writes_per_s']:.0f} writes/s"
+                      f" p95 {r['recall_ms']['p95']:.2f} ms ({r['recalls']} recalls)"
+                      f" | {r['writes_per_s']:.0f} writes/s"
                       f" | {r['bytes'] / 2**20:.0f} MiB", flush=True)
     finally:
         for store in stores.values():
@@ -254,6 +260,8 @@ def main() -> None:
                         type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--recalls", type=int, default=1000)
+    parser.add_argument("--recall-seconds", type=float, default=90,
+                        help="stop measuring recalls after this long (slow sizes get fewer)")
     parser.add_argument("--writes", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=8, help="calls saving at once")
     parser.add_argument("--serial", type=int, default=200, help="saves timed one at a time")

@@ -248,8 +248,8 @@ def open_store(url: str) -> PostgresStore:
 
 def read_version(conn: psycopg.Connection, schema: str) -> int:
     """The schema's version (0: none); raises psycopg errors."""
-    if conn.execute("SELECT to_regclass(%s)", [f"{schema}.schema_version"]).fetchone()[0]:
-        return conn.execute(f"SELECT version FROM {schema}.schema_version").fetchone()[0]
+    if _row(conn.execute("SELECT to_regclass(%s)", [f"{schema}.schema_version"]).fetchone())[0]:
+        return _row(conn.execute(f"SELECT version FROM {schema}.schema_version").fetchone())[0]
     return 0
 
 
@@ -272,17 +272,22 @@ class PostgresStore:
         self._in_use = 0  # connections running our work (all busy: the pool is exhausted)
         # One caller's writes apply in the order they were made (a save already under
         # way lands before a forget that follows it), whichever connection each gets.
-        self._order: weakref.WeakValueDictionary[str, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
+        self._order: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._closed = False
 
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
         e = exchange
-        args = {"key": e.key, "call": e.call_id, "user": e.user_text, "reply": e.assistant_text,
-                "cut": e.interrupted, "items": list(e.item_ids), "at": e.created_at}
+        args = {
+            "key": e.key,
+            "call": e.call_id,
+            "user": e.user_text,
+            "reply": e.assistant_text,
+            "cut": e.interrupted,
+            "items": list(e.item_ids),
+            "at": e.created_at,
+        }
         await self._write(e.caller_id, [(self._sql["save"], args)], "a save")
 
     async def remember(self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT) -> Fact:
@@ -340,7 +345,9 @@ class PostgresStore:
         async def work(conn: psycopg.AsyncConnection) -> Recall:
             async with conn.pipeline():  # the queries go in one round trip
                 facts = await conn.execute(self._sql["facts"], args)
-                summaries = await conn.execute(self._sql["summaries"], {**args, "n": RECENT_SUMMARIES})
+                summaries = await conn.execute(
+                    self._sql["summaries"], {**args, "n": RECENT_SUMMARIES}
+                )
                 found = await conn.execute(self._sql["search"], {**args, "n": limit}) if q else None
             return Recall(
                 tuple(Fact(*r) for r in await facts.fetchall()),
@@ -360,13 +367,17 @@ class PostgresStore:
 
     async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
         # COLLATE "C": the byte order of ids, whatever the database's locale
-        sql = (f"SELECT caller_id FROM ({self._sql['callers']}) c WHERE caller_id"
-               ' COLLATE "C" > %(a)s ORDER BY caller_id COLLATE "C" LIMIT %(n)s')
+        sql = (
+            f"SELECT caller_id FROM ({self._sql['callers']}) c WHERE caller_id"
+            ' COLLATE "C" > %(a)s ORDER BY caller_id COLLATE "C" LIMIT %(n)s'
+        )
         return [r[0] for r in await self._fetch(sql, {"a": after, "n": limit})]
 
     async def stats(self) -> dict[str, int]:
-        counts = [f"(SELECT count(*) FROM {self.target.schema}.{t} WHERE tenant = %(t)s)"
-                  for t in PURGEABLE]
+        counts = [
+            f"(SELECT count(*) FROM {self.target.schema}.{t} WHERE tenant = %(t)s)"
+            for t in PURGEABLE
+        ]
         sql = f"SELECT {', '.join(counts)}, (SELECT count(*) FROM ({self._sql['callers']}) c)"
         (row,) = await self._fetch(sql, {})
         return dict(zip((*PURGEABLE, "callers"), row, strict=True))
@@ -389,7 +400,10 @@ class PostgresStore:
         return await _bounded(self._run(work, READ_TIMEOUT), READ_TIMEOUT, "a read")
 
     async def _write(
-        self, caller_id: str, statements: list[tuple[str, dict]], what: str,
+        self,
+        caller_id: str,
+        statements: list[tuple[str, dict]],
+        what: str,
         timeout: float | None = None,
     ) -> int:
         """Run ``statements`` ((sql, arguments) pairs) after the caller's earlier writes;
@@ -411,7 +425,9 @@ class PostgresStore:
         async def run(conn: psycopg.AsyncConnection) -> int:
             scope = {"t": self.target.tenant, "c": caller_id}
             if timeout is None:
-                return sum([(await conn.execute(sql, {**scope, **a})).rowcount for sql, a in statements])
+                return sum(
+                    [(await conn.execute(sql, {**scope, **a})).rowcount for sql, a in statements]
+                )
             changed = 0
             async with conn.transaction():
                 ms = max(1, int((deadline - loop.time()) * 1000))
@@ -449,9 +465,11 @@ class PostgresStore:
                     finally:
                         self._in_use -= 1
             except PoolTimeout:
-                problem = (f"all {POOL_SIZE} connections to {self.target.where} are busy"
-                           if self._in_use >= POOL_SIZE
-                           else f"cannot reach PostgreSQL at {self.target.where}")
+                problem = (
+                    f"all {POOL_SIZE} connections to {self.target.where} are busy"
+                    if self._in_use >= POOL_SIZE
+                    else f"cannot reach PostgreSQL at {self.target.where}"
+                )
                 self._report(problem)
                 raise StoreUnavailable(problem) from None
             except psycopg.OperationalError:
@@ -475,8 +493,11 @@ class PostgresStore:
                 self.target.conninfo,
                 min_size=1,
                 max_size=POOL_SIZE,
-                kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT,
-                        "application_name": "livekit-memory"},
+                kwargs={
+                    "autocommit": True,
+                    "connect_timeout": CONNECT_TIMEOUT,
+                    "application_name": "livekit-memory",
+                },
                 configure=_configure,
                 # A failed connection is retried after 1 s, then 2 s; after that the
                 # pool gives up and the next query asks again at once, so a server
@@ -489,11 +510,10 @@ class PostgresStore:
         return self._pool
 
     async def _check_schema(self, conn: psycopg.AsyncConnection) -> None:
-        s = self.target.schema
-        found = await (await conn.execute("SELECT to_regclass(%s)", [f"{s}.schema_version"])).fetchone()
+        name = f"{self.target.schema}.schema_version"
         version = 0
-        if found[0] is not None:
-            version = (await (await conn.execute(f"SELECT version FROM {s}.schema_version")).fetchone())[0]
+        if _row(await (await conn.execute("SELECT to_regclass(%s)", [name])).fetchone())[0]:
+            version = _row(await (await conn.execute(f"SELECT version FROM {name}")).fetchone())[0]
         self._schema_at(version)
 
     def _schema_at(self, version: int) -> None:
@@ -501,13 +521,15 @@ class PostgresStore:
         if version == SCHEMA_VERSION:
             self._schema_ok, self._schema_error = True, None
             return
-        upgrade = "run `uv run postgres_store.py upgrade` with this MEMORY_URL"
+        why = f"memory schema version {version} at {self.target.where}"
+        todo = "run `uv run postgres_store.py upgrade` with this MEMORY_URL"
         if version == 0:
-            why, todo = f"no memory schema at {self.target.where}", upgrade
+            why = f"no memory schema at {self.target.where}"
         elif version < SCHEMA_VERSION:
-            why, todo = f"memory schema version {version} at {self.target.where}, this code needs {SCHEMA_VERSION}", upgrade
+            why += f", this code needs {SCHEMA_VERSION}"
         else:
-            why, todo = f"memory schema version {version} at {self.target.where} is newer than this code's {SCHEMA_VERSION}", "deploy the newer agent"
+            why += f" is newer than this code's {SCHEMA_VERSION}"
+            todo = "deploy the newer agent"
         self._schema_error = SchemaMismatch(f"{why}; {todo}")
         self._recheck_at = time.monotonic() + RECHECK_AFTER
         self._report(why, f": {todo}")
@@ -545,8 +567,16 @@ async def _configure(conn: psycopg.AsyncConnection) -> None:
 
 
 def _exchange(row: tuple) -> Exchange:
-    *fields, item_ids, created_at = row
-    return Exchange(*fields, item_ids=tuple(item_ids), created_at=created_at)
+    key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids, created_at = row
+    return Exchange(
+        key, caller_id, call_id, user_text, assistant_text, interrupted, tuple(item_ids), created_at
+    )
+
+
+def _row(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The row of a query that always returns one."""
+    assert row is not None
+    return row
 
 
 def redact(url: str) -> str:
@@ -586,10 +616,14 @@ def upgrade(url: str) -> tuple[int, int]:
     Raises SchemaMismatch for a schema newer than this code, psycopg errors."""
     target = Target(url)
     with target.connect() as conn, conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"livekit-memory:{target.schema}"])
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"livekit-memory:{target.schema}"]
+        )
         found = read_version(conn, target.schema)
         if found > SCHEMA_VERSION:
-            raise SchemaMismatch(f"{target.where} is at version {found}, newer than this code's {SCHEMA_VERSION}")
+            raise SchemaMismatch(
+                f"{target.where} is at version {found}, newer than this code's {SCHEMA_VERSION}"
+            )
         if found < SCHEMA_VERSION:
             conn.execute(upgrade_sql(target.schema, found).encode())
     return found, SCHEMA_VERSION
@@ -604,7 +638,8 @@ def app_role_sql(schema: str, role: str, tenant: str) -> str:
     return f"""-- A role for workers of tenant '{tenant}'; set its password with \\password {role}
 CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
 GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.exchanges, {schema}.facts, {schema}.summaries TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE
+    ON {schema}.exchanges, {schema}.facts, {schema}.summaries TO {role};
 GRANT SELECT ON {schema}.schema_version, {schema}.tenant_roles TO {role};
 INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
     ON CONFLICT (role_name) DO UPDATE SET tenant = excluded.tenant;"""
@@ -627,27 +662,38 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
     target = Target(url)
     s, tenant = target.schema, target.tenant
     with target.connect() as conn:
-        role, superuser, bypass = conn.execute(
-            "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
-        ).fetchone()
-        tables = conn.execute(
-            """SELECT count(*) FILTER (WHERE relrowsecurity),
+        role, superuser, bypass = _row(
+            conn.execute(
+                "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+            ).fetchone()
+        )
+        rls_on, owner = _row(
+            conn.execute(
+                """SELECT count(*) FILTER (WHERE relrowsecurity),
                       coalesce(bool_or(pg_has_role(current_user, relowner, 'USAGE')), false)
                FROM pg_class WHERE relnamespace = to_regnamespace(%s) AND relname = ANY(%s)""",
-            [s, list(TABLES)],
-        ).fetchone()
+                [s, list(TABLES)],
+            ).fetchone()
+        )
         bound = remap = None
         if read_version(conn, s) > 0:
-            row = conn.execute(f"SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user").fetchone()
+            row = conn.execute(
+                f"SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user"
+            ).fetchone()
             bound = row[0] if row else None
-            remap = conn.execute(
-                "SELECT has_table_privilege(%s, 'INSERT, UPDATE, DELETE, TRUNCATE')", [f"{s}.tenant_roles"]
-            ).fetchone()[0]
+            privilege = "SELECT has_table_privilege(%s, 'INSERT, UPDATE, DELETE, TRUNCATE')"
+            remap = _row(conn.execute(privilege, [f"{s}.tenant_roles"]).fetchone())[0]
     return [
-        (not superuser, f"role {role} is not a superuser (a superuser bypasses row-level security)"),
+        (
+            not superuser,
+            f"role {role} is not a superuser (a superuser bypasses row-level security)",
+        ),
         (not bypass, f"role {role} does not have BYPASSRLS"),
-        (not tables[1], f"role {role} does not own the tables (owners bypass row-level security)"),
-        (tables[0] == len(TABLES), f"row-level security is on for {', '.join(TABLES)} in schema {s}"),
+        (not owner, f"role {role} does not own the tables (owners bypass row-level security)"),
+        (
+            rls_on == len(TABLES),
+            f"row-level security is on for {', '.join(TABLES)} in schema {s}",
+        ),
         (bound == tenant, f"{s}.tenant_roles binds {role} to tenant {tenant!r} (found: {bound!r})"),
         (remap is False, f"role {role} cannot change {s}.tenant_roles"),
     ]
@@ -675,15 +721,18 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "upgrade":
             before, after = upgrade(url)
-            print(f"{target.where}: version {before} -> {after}" if before < after
-                  else f"{target.where}: already at version {after}; nothing to do")
+            print(
+                f"{target.where}: version {before} -> {after}"
+                if before < after
+                else f"{target.where}: already at version {after}; nothing to do"
+            )
             return 0
         if args.command == "check":
             report = isolation_report(url)
             for ok, line in report:
                 print(f"{'ok ' if ok else 'NOT'} {line}")
             enforced = all(ok for ok, _ in report)
-            print(f"tenant isolation is {'in force' if enforced else 'NOT in force'} for {redact(url)}")
+            print(f"tenant isolation is {'' if enforced else 'NOT '}in force for {redact(url)}")
             return 0 if enforced else 1
         if args.command == "vacuum":
             vacuum(url)
@@ -694,8 +743,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sql":
             print(upgrade_sql(target.schema, found) or f"-- {target.where} is up to date")
             return 0
-        state = ("up to date" if found == SCHEMA_VERSION else "missing: run upgrade" if found == 0
-                 else "older: run upgrade" if found < SCHEMA_VERSION else "newer than this code")
+        state = (
+            "up to date"
+            if found == SCHEMA_VERSION
+            else "missing: run upgrade"
+            if found == 0
+            else "older: run upgrade"
+            if found < SCHEMA_VERSION
+            else "newer than this code"
+        )
         print(f"{target.where}: version {found}, this code {SCHEMA_VERSION}: {state}")
         return 0 if found == SCHEMA_VERSION else 1
     except (psycopg.Error, InvalidStoreUrl, SchemaMismatch) as exc:

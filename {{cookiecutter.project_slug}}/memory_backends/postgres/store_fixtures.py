@@ -18,7 +18,9 @@ import pytest
 
 import postgres_store
 
-SERVER_URL = os.environ.get("MEMORY_TEST_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
+SERVER_URL = (
+    os.environ.get("MEMORY_TEST_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
+)
 
 
 def server_or_skip() -> str:

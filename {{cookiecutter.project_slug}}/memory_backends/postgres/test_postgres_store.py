@@ -13,12 +13,12 @@ import glob
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import socket
 import subprocess
-import tempfile
-import re
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -78,16 +78,21 @@ async def test_tsquery_syntax_in_what_the_caller_says_is_only_words(store, said)
 async def test_recall_ranks_by_ts_rank_cd_and_searches_through_the_gin_index(store, store_url):
     for n in range(30):
         await store.save(make_exchange(n, text=f"filler note {n} about the weather"))
-    await store.save(make_exchange(99, text="lanterns lanterns: paper lanterns for the lantern festival"))
+    await store.save(
+        make_exchange(99, text="lanterns lanterns: paper lanterns for the lantern festival")
+    )
     await store.save(make_exchange(98, text="one paper lantern"))
     recall = await store.recall(ALICE, "the lantern festival")
     assert [e.user_text[:7] for e in recall.exchanges] == ["lantern", "one pap"]
     with admin() as conn:
         conn.execute("SET enable_seqscan = off")  # as on a large table
-        plan = "\n".join(r[0] for r in conn.execute(
-            f"EXPLAIN SELECT key FROM {schema_of(store_url)}.exchanges"
-            " WHERE search @@ to_tsquery('english', 'lantern')"
-        ))
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                f"EXPLAIN SELECT key FROM {schema_of(store_url)}.exchanges"
+                " WHERE search @@ to_tsquery('english', 'lantern')"
+            )
+        )
     assert "exchanges_search" in plan
 
 
@@ -98,7 +103,10 @@ def command(*args: str) -> tuple[int, str]:
     """``uv run postgres_store.py ARGS``, as an operator runs it: (exit code, output)."""
     done = subprocess.run(
         [sys.executable, postgres_store.__file__, *args],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     return done.returncode, done.stdout + done.stderr
 
@@ -111,8 +119,13 @@ def test_the_schema_is_made_only_by_the_upgrade_command_and_status_says_what_to_
         assert code == 0 and f"CREATE SCHEMA IF NOT EXISTS {schema_of(url)};" in sql
         assert "CREATE INDEX exchanges_search" in sql and "ENABLE ROW LEVEL SECURITY" in sql
         with admin() as conn:  # printing the SQL ran none of it
-            assert conn.execute("SELECT to_regnamespace(%s)", [schema_of(url)]).fetchone()[0] is None
-        assert command("upgrade", "--url", url) == (0, f"{postgres_store.Target(url).where}: version 0 -> 1\n")
+            assert (
+                conn.execute("SELECT to_regnamespace(%s)", [schema_of(url)]).fetchone()[0] is None
+            )
+        assert command("upgrade", "--url", url) == (
+            0,
+            f"{postgres_store.Target(url).where}: version 0 -> 1\n",
+        )
         assert command("status", "--url", url)[1].endswith(": up to date\n")
         assert "nothing to do" in command("upgrade", "--url", url)[1]
 
@@ -167,7 +180,11 @@ async def test_a_schema_at_another_version_is_named_with_what_to_do(caplog, stor
         conn.execute(f"UPDATE {schema_of(store_url)}.schema_version SET version = 99")
     store = memory.open_store(store_url)
     (said,) = store_log(caplog)
-    assert "version 99" in said and "newer than this code's 1" in said and "deploy the newer agent" in said
+    assert (
+        "version 99" in said
+        and "newer than this code's 1" in said
+        and "deploy the newer agent" in said
+    )
     with pytest.raises(memory.SchemaMismatch):
         await store.recall(ALICE, "anything")
     await store.close()
@@ -188,7 +205,9 @@ def test_a_real_worker_whose_server_is_down_replies_and_logs_it_once():
     with socket.socket() as s:  # a port where nothing listens
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    job = run_job(f"postgresql://postgres@127.0.0.1:{port}/test", ["Hello?"], script=["Hi!", "Yes?"])
+    job = run_job(
+        f"postgresql://postgres@127.0.0.1:{port}/test", ["Hello?"], script=["Hi!", "Yes?"]
+    )
     assert job["returncode"] == 0, job["log"][-3000:]
     assert job["history"][-1] == ["assistant", "Yes?"]
     lines = [line for line in job["log"].splitlines() if line.startswith("ERROR:memory.postgres:")]
@@ -210,7 +229,9 @@ def test_a_bad_postgres_url_is_refused_by_name_without_its_password(url, reason)
 
 
 def test_a_postgres_url_names_the_server_schema_and_tenant():
-    target = postgres_store.Target("postgres+psycopg://u:pw@db.internal:6432/mem?sslmode=require&tenant=acme")
+    target = postgres_store.Target(
+        "postgres+psycopg://u:pw@db.internal:6432/mem?sslmode=require&tenant=acme"
+    )
     assert (target.schema, target.tenant) == ("livekit_memory", "acme")
     assert target.conninfo == "postgresql://u:pw@db.internal:6432/mem?sslmode=require"
     assert target.where == "db.internal:6432/mem schema livekit_memory"
@@ -266,12 +287,12 @@ async def test_an_application_role_is_held_to_its_tenant_by_row_level_security(s
         s = schema_of(store_url)
         with psycopg.connect(postgres_store.Target(url).conninfo, autocommit=True) as conn:
             # Even SQL that forgets the tenant sees only this role's rows ...
-            assert conn.execute(f"SELECT user_text FROM {s}.exchanges").fetchall() == [("acme note",)]
+            assert conn.execute(f"SELECT user_text FROM {s}.exchanges").fetchall() == [
+                ("acme note",)
+            ]
             # ... cannot write another tenant's, nor rebind itself to another tenant.
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(
-                    f"INSERT INTO {s}.facts VALUES ('globex', 'x', 'k', 'v', 0)"
-                )
+                conn.execute(f"INSERT INTO {s}.facts VALUES ('globex', 'x', 'k', 'v', 0)")
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(f"UPDATE {s}.tenant_roles SET tenant = 'globex'")
         code, out = command("check", "--url", url)
@@ -298,11 +319,9 @@ def test_the_check_flags_a_superuser_a_bypassrls_role_and_an_unbound_tenant(stor
 def in_files(conn: psycopg.Connection, schema: str, word: str) -> dict[str, bool]:
     """Whether ``word`` is in the files of the exchanges table and its search index."""
     conn.execute("CHECKPOINT")  # what is in shared buffers goes to the files
+    found = "SELECT position(%s::bytea IN pg_read_binary_file(pg_relation_filepath(%s))) > 0"
     return {
-        rel: conn.execute(
-            "SELECT position(%s::bytea IN pg_read_binary_file(pg_relation_filepath(%s))) > 0",
-            [word.encode(), f"{schema}.{rel}"],
-        ).fetchone()[0]
+        rel: conn.execute(found, [word.encode(), f"{schema}.{rel}"]).fetchone() == (True,)
         for rel in ("exchanges", "exchanges_search")
     }
 
@@ -320,7 +339,10 @@ async def test_forget_erases_rows_and_index_entries_and_vacuum_erases_the_bytes(
         assert conn.execute(found, ["quartz"]).fetchone() == (1,)  # bob's
         # What the backend's docs say an operator must run to wipe the bytes too:
         assert command("vacuum", "--url", store_url)[0] == 0
-        assert in_files(conn, s, "xylophonequartz") == {"exchanges": False, "exchanges_search": False}
+        assert in_files(conn, s, "xylophonequartz") == {
+            "exchanges": False,
+            "exchanges_search": False,
+        }
 
 
 # -- writes, time bounds, faults ------------------------------------------------------
@@ -368,7 +390,9 @@ async def test_a_forget_is_never_overtaken_by_a_save_made_before_it(store):
         assert await store.exchanges(ALICE) == []  # it landed before the forget, not after
 
 
-async def test_an_exhausted_pool_is_logged_once_and_calls_go_on(store, store_url, caplog, monkeypatch):
+async def test_an_exhausted_pool_is_logged_once_and_calls_go_on(
+    store, store_url, caplog, monkeypatch
+):
     monkeypatch.setattr(postgres_store, "READ_TIMEOUT", 0.4)
     await store.remember(ALICE, memory.Fact.of("name", "Alice"))
     with admin() as blocker:
@@ -376,7 +400,9 @@ async def test_an_exhausted_pool_is_logged_once_and_calls_go_on(store, store_url
         blocker.execute("BEGIN")
         blocker.execute(f"LOCK TABLE {schema_of(store_url)}.facts IN EXCLUSIVE MODE")
         stuck = [
-            asyncio.ensure_future(store.remember(f"caller-{n}", memory.Fact.of("a", "b"), timeout=3))
+            asyncio.ensure_future(
+                store.remember(f"caller-{n}", memory.Fact.of("a", "b"), timeout=3)
+            )
             for n in range(postgres_store.POOL_SIZE)
         ]
         await asyncio.sleep(0.3)
@@ -408,9 +434,15 @@ def _take_calls(url: str, worker: int, calls: int, turns: int) -> int:
         call = memory.CallMemory(store, f"caller-{n}", f"call-{worker}-{n}")
         for t in range(turns):
             for _ in range(2):
-                call.capture("user", f"u-{worker}-{n}-{t}", f"worker {worker} call {n} turn {t}",
-                             created_at=1000.0 + t)
-                call.capture("assistant", f"a-{worker}-{n}-{t}", f"reply {t}", created_at=1000.5 + t)
+                call.capture(
+                    "user",
+                    f"u-{worker}-{n}-{t}",
+                    f"worker {worker} call {n} turn {t}",
+                    created_at=1000.0 + t,
+                )
+                call.capture(
+                    "assistant", f"a-{worker}-{n}-{t}", f"reply {t}", created_at=1000.5 + t
+                )
             await call.remember("last worker", str(worker))
             await asyncio.sleep(0.001)
         return await call.aclose()
@@ -435,7 +467,8 @@ def test_several_worker_processes_taking_many_calls_at_once_lose_and_double_noth
         count = f"SELECT count(*), count(DISTINCT key) FROM {s}.exchanges"
         assert conn.execute(count).fetchone() == (workers * calls * turns,) * 2
         assert conn.execute(
-            f"SELECT count(*) FROM {s}.exchanges WHERE assistant_text = 'reply ' || (created_at - 1000)::int"
+            f"SELECT count(*) FROM {s}.exchanges"
+            " WHERE assistant_text = 'reply ' || (created_at - 1000)::int"
         ).fetchone() == (workers * calls * turns,)
         assert conn.execute(f"SELECT count(*) FROM {s}.facts").fetchone() == (calls,)
         assert conn.execute(f"SELECT count(*) FROM {s}.summaries").fetchone() == (workers * calls,)
@@ -464,16 +497,33 @@ class Throwaway:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        self._run("initdb", "-D", str(self.dir / "data"), "-U", "postgres", "-A", "trust", "--no-sync")
+        self._run(
+            "initdb", "-D", str(self.dir / "data"), "-U", "postgres", "-A", "trust", "--no-sync"
+        )
 
     def _run(self, tool: str, *args: str) -> None:
-        subprocess.run([*self.as_owner, str(self.bin / tool), *args], check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [*self.as_owner, str(self.bin / tool), *args],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
 
     def pg_ctl(self, action: str, settings: str = "") -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} {settings}"
-        self._run("pg_ctl", "-D", str(self.dir / "data"), "-l", str(self.dir / "log"),
-                  "-o", options, "-m", "fast", "-w", action)
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.dir / "data"),
+            "-l",
+            str(self.dir / "log"),
+            "-o",
+            options,
+            "-m",
+            "fast",
+            "-w",
+            action,
+        )
 
     def remove(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
@@ -536,7 +586,9 @@ async def test_a_server_down_at_start_up_is_logged_once_and_calls_go_on(throwawa
         assert await call.block_for("hello", turn=1) == memory.MEMORY_UNAVAILABLE
         await call.aclose(timeout=0.5)
     (said,) = store_log(caplog)
-    assert said.startswith(f"memory: cannot reach PostgreSQL at 127.0.0.1:{throwaway.port}/postgres")
+    assert said.startswith(
+        f"memory: cannot reach PostgreSQL at 127.0.0.1:{throwaway.port}/postgres"
+    )
     throwaway.pg_ctl("start")  # memory comes back by itself, within a few seconds
     call = memory.CallMemory(store, ALICE, "call-9")
     for _ in range(20):
