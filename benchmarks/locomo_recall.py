@@ -108,7 +108,7 @@ def norm(text: str) -> str:
 # -- Rendering the template -----------------------------------------------------------
 
 
-def render_project(out_dir: Path) -> Path:
+def render_project(out_dir: Path, backend: str = "sqlite") -> Path:
     """Generate a project from this repository with the default answers and return
     its directory. User cookiecutter config is ignored and replay files stay in
     ``out_dir``."""
@@ -117,6 +117,7 @@ def render_project(out_dir: Path) -> Path:
     project = cookiecutter(
         str(REPO),
         no_input=True,
+        extra_context={"memory_backend": backend},
         output_dir=str(out_dir),
         default_config={
             "cookiecutters_dir": str(out_dir / "cookiecutters"),
@@ -269,7 +270,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, project: Path, db_dir: Path, max_block_chars: int | None) -> None:
+    def __init__(
+        self, project: Path, db_dir: Path, max_block_chars: int | None, memory_url: str | None
+    ) -> None:
         sys.path.insert(0, str(project))
         import agent  # the generated project's modules, from sys.path
         import memory
@@ -283,6 +286,7 @@ class Bench:
             memory_blocks,
         )
         self.db_dir = db_dir
+        self.memory_url = memory_url
         self.max_block_chars = (
             max_block_chars if max_block_chars is not None else memory.MAX_BLOCK_CHARS
         )
@@ -290,7 +294,10 @@ class Bench:
             raise SystemExit(f"--max-block-chars must be at least {memory.MIN_BLOCK_CHARS}")
 
     def store_url(self, sample_id: str) -> str:
-        """One SQLite file per conversation (the default backend), as a MEMORY_URL."""
+        """One SQLite file per conversation (the default backend), as a MEMORY_URL;
+        or --memory-url, shared by every conversation (each has its own caller id)."""
+        if self.memory_url:
+            return self.memory_url
         return f"sqlite:///{self.db_dir / f'{sample_id}.db'}"  # an absolute path: 4 slashes
 
     @staticmethod
@@ -607,11 +614,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="locomo-recall-") as tmp:
         tmp_path = Path(tmp)
         t = time.perf_counter()
-        project = render_project(tmp_path / "render")
+        scheme = (args.memory_url or "sqlite:").split(":", 1)[0].split("+", 1)[0]
+        backend = {"postgresql": "postgres"}.get(scheme, scheme)
+        project = render_project(tmp_path / "render", backend)
         render_s = time.perf_counter() - t
         db_dir = tmp_path / "db"
         db_dir.mkdir()
-        bench = Bench(project, db_dir, args.max_block_chars)
+        bench = Bench(project, db_dir, args.max_block_chars, args.memory_url)
         warnings = _count_warnings()
         # The parsed data set and the imported libraries are long-lived: keep them out
         # of the collector's scans (see collect_call_garbage).
@@ -646,6 +655,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "template": template_revision(),
         "config": {
+            "memory_backend": backend,
             "max_block_chars": bench.max_block_chars,
             "recall_exchanges": bench.memory.RECALL_EXCHANGES,
             "recall_budget_s": bench.memory.RECALL_BUDGET,
@@ -729,6 +739,12 @@ def main() -> None:
         "--conversations", type=int, default=0, help="only the first N conversations (default: all)"
     )
     parser.add_argument("--out", type=Path, help="write the JSON results here")
+    parser.add_argument(
+        "--memory-url",
+        help="run on this store, shared by every conversation, with the template rendered"
+        " for the backend its scheme names (default: one SQLite file per conversation)."
+        " It must be empty: e.g. a fresh PostgreSQL schema after postgres_store.py upgrade",
+    )
     parser.add_argument(
         "--per-question",
         action="store_true",

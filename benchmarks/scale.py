@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import io
 import json
 import platform
 import random
@@ -43,11 +42,15 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
-sys.path[:0] = [str(TEMPLATE), str(TEMPLATE / "memory_backends/sqlite"),
-                str(TEMPLATE / "memory_backends/postgres")]
+sys.path[:0] = [
+    str(TEMPLATE),
+    str(TEMPLATE / "memory_backends/sqlite"),
+    str(TEMPLATE / "memory_backends/postgres"),
+]
 
 import memory  # noqa: E402
 import postgres_store  # noqa: E402
@@ -55,7 +58,7 @@ import psycopg  # noqa: E402
 import sqlite_store  # noqa: E402
 
 CALLERS = 10_000
-FUNCTION_WORDS = "i you the a to and of it that in is was my we for on me so with".split()
+FUNCTION_WORDS = ["i", "you", "the", "a", "to", "and", "of", "it", "that", "in", "is", "was"]
 
 
 class Text:
@@ -78,7 +81,9 @@ class Text:
             self.cumulative.append(acc)
 
     def word(self) -> str:
-        return self.words[min(bisect.bisect(self.cumulative, self.rng.random()), len(self.words) - 1)]
+        return self.words[
+            min(bisect.bisect(self.cumulative, self.rng.random()), len(self.words) - 1)
+        ]
 
     def sentence(self, low: int, high: int) -> str:
         n = self.rng.randint(low, high)
@@ -96,30 +101,47 @@ def rows(text: Text, rng: random.Random, start: int, stop: int) -> list[memory.E
     out = []
     for n in range(start, stop):
         caller = caller_of(rng.randrange(CALLERS))
-        out.append(memory.Exchange(
-            key=memory.exchange_key(caller, f"bulk-{n}"), caller_id=caller,
-            call_id=f"call-{n // 12}", user_text=text.sentence(6, 30),
-            assistant_text=text.sentence(4, 25), item_ids=(f"bulk-{n}", f"bulk-{n}-a"),
-            created_at=1.7e9 + n,
-        ))
+        out.append(
+            memory.Exchange(
+                key=memory.exchange_key(caller, f"bulk-{n}"),
+                caller_id=caller,
+                call_id=f"call-{n // 12}",
+                user_text=text.sentence(6, 30),
+                assistant_text=text.sentence(4, 25),
+                item_ids=(f"bulk-{n}", f"bulk-{n}-a"),
+                created_at=1.7e9 + n,
+            )
+        )
     return out
 
 
-def load_sqlite(path: Path, batch: list[memory.Exchange]) -> None:
+def load_sqlite(path: Any, batch: list[memory.Exchange]) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
     conn.executemany(
         """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
            assistant_text, interrupted, item_ids, created_at) VALUES (?,?,?,?,?,?,?,?,?)""",
-        [(e.key, e.caller_id, sqlite_store.caller_key(e.caller_id), e.call_id, e.user_text,
-          e.assistant_text, 0, json.dumps(list(e.item_ids)), e.created_at) for e in batch],
+        [
+            (
+                e.key,
+                e.caller_id,
+                sqlite_store.caller_key(e.caller_id),
+                e.call_id,
+                e.user_text,
+                e.assistant_text,
+                0,
+                json.dumps(list(e.item_ids)),
+                e.created_at,
+            )
+            for e in batch
+        ],
     )
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
 
 
-def load_postgres(url: str, batch: list[memory.Exchange]) -> None:
+def load_postgres(url: Any, batch: list[memory.Exchange]) -> None:
     target = postgres_store.Target(url)
     with target.connect() as conn:
         with conn.cursor().copy(
@@ -127,8 +149,19 @@ def load_postgres(url: str, batch: list[memory.Exchange]) -> None:
             " assistant_text, interrupted, item_ids, created_at) FROM STDIN"
         ) as copy:
             for e in batch:
-                copy.write_row((target.tenant, e.caller_id, e.key, e.call_id, e.user_text,
-                                e.assistant_text, False, list(e.item_ids), e.created_at))
+                copy.write_row(
+                    (
+                        target.tenant,
+                        e.caller_id,
+                        e.key,
+                        e.call_id,
+                        e.user_text,
+                        e.assistant_text,
+                        False,
+                        list(e.item_ids),
+                        e.created_at,
+                    )
+                )
         conn.commit()
         conn.autocommit = True
         conn.execute(f"ANALYZE {target.schema}.exchanges")
@@ -139,16 +172,25 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
 
 
-async def measure(store: memory.MemoryStore, stored: list[memory.Exchange], text: Text,
-                  rng: random.Random, recalls: int, writes: int, concurrency: int,
-                  serial: int, recall_seconds: float) -> dict:
+async def measure(
+    store: memory.MemoryStore,
+    stored: list[memory.Exchange],
+    text: Text,
+    rng: random.Random,
+    recalls: int,
+    writes: int,
+    concurrency: int,
+    serial: int,
+    recall_seconds: float,
+) -> dict:
     by_caller: dict[str, list[memory.Exchange]] = {}
     for e in stored:
         by_caller.setdefault(e.caller_id, []).append(e)
     callers = sorted(by_caller)
     for _ in range(20):  # warm up: connections, caches, prepared statements
         await store.recall(rng.choice(callers), "warm up")
-    waits, found = [], 0
+    waits: list[float] = []
+    found = 0
     stop_at = time.monotonic() + recall_seconds
     while len(waits) < recalls and time.monotonic() < stop_at:
         caller = rng.choice(callers)
@@ -162,11 +204,18 @@ async def measure(store: memory.MemoryStore, stored: list[memory.Exchange], text
         found += any(e.key == target.key for e in recall.exchanges)
     recalls = len(waits)
 
-    queue = [memory.Exchange(
-        key=uuid.uuid4().hex, caller_id=caller_of(CALLERS + n % concurrency),
-        call_id=f"bench-{n % concurrency}", user_text=text.sentence(6, 30),
-        assistant_text=text.sentence(4, 25), item_ids=(f"w{n}",), created_at=time.time(),
-    ) for n in range(writes)]
+    queue = [
+        memory.Exchange(
+            key=uuid.uuid4().hex,
+            caller_id=caller_of(CALLERS + n % concurrency),
+            call_id=f"bench-{n % concurrency}",
+            user_text=text.sentence(6, 30),
+            assistant_text=text.sentence(4, 25),
+            item_ids=(f"w{n}",),
+            created_at=time.time(),
+        )
+        for n in range(writes)
+    ]
     save_times: list[float] = []
 
     async def saver(lane: int) -> None:
@@ -186,15 +235,23 @@ async def measure(store: memory.MemoryStore, stored: list[memory.Exchange], text
         one_at_a_time.append(time.perf_counter() - t)
     ms = 1000
     return {
-        "recall_ms": {"p50": percentile(waits, 50) * ms, "p95": percentile(waits, 95) * ms,
-                      "p99": percentile(waits, 99) * ms, "mean": statistics.fmean(waits) * ms},
+        "recall_ms": {
+            "p50": percentile(waits, 50) * ms,
+            "p95": percentile(waits, 95) * ms,
+            "p99": percentile(waits, 99) * ms,
+            "mean": statistics.fmean(waits) * ms,
+        },
         "recalls": recalls,
         "recall_found_target": found / recalls,
         "writes_per_s": writes / elapsed,
-        "save_ms_concurrent": {"p50": percentile(save_times, 50) * ms,
-                               "p95": percentile(save_times, 95) * ms},
-        "save_ms_alone": {"p50": percentile(one_at_a_time, 50) * ms,
-                          "p95": percentile(one_at_a_time, 95) * ms},
+        "save_ms_concurrent": {
+            "p50": percentile(save_times, 50) * ms,
+            "p95": percentile(save_times, 95) * ms,
+        },
+        "save_ms_alone": {
+            "p50": percentile(one_at_a_time, 50) * ms,
+            "p95": percentile(one_at_a_time, 95) * ms,
+        },
     }
 
 
@@ -203,10 +260,12 @@ def size_of(url_or_path: str | Path) -> int:
         return sum(p.stat().st_size for p in url_or_path.parent.glob(url_or_path.name + "*"))
     target = postgres_store.Target(url_or_path)
     with target.connect() as conn:
-        return conn.execute(
+        row = conn.execute(
             "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c"
-            " WHERE relnamespace = to_regnamespace(%s) AND relkind = 'r'", [target.schema]
-        ).fetchone()[0]
+            " WHERE relnamespace = to_regnamespace(%s) AND relkind = 'r'",
+            [target.schema],
+        ).fetchone()
+        return row[0] if row else 0
 
 
 async def run(args: argparse.Namespace) -> dict:
@@ -218,33 +277,49 @@ async def run(args: argparse.Namespace) -> dict:
     tmp = tempfile.TemporaryDirectory()
     db = Path(tmp.name) / "memory.db"
     stores = {"sqlite": memory.open_store(f"sqlite:///{db}"), "postgres": memory.open_store(pg_url)}
-    results: dict = {"sizes": {}, "machine": {
-        "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
-        "postgres": psycopg.connect(args.postgres).info.server_version,
-        "psycopg": psycopg.__version__, "cpus": __import__("os").cpu_count(),
-    }, "args": {k: v for k, v in vars(args).items() if k != "out"}}
+    results: dict = {
+        "sizes": {},
+        "machine": {
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "postgres": psycopg.connect(args.postgres).info.server_version,
+            "psycopg": psycopg.__version__,
+            "cpus": __import__("os").cpu_count(),
+        },
+        "args": {k: v for k, v in vars(args).items() if k != "out"},
+    }
     stored: list[memory.Exchange] = []
     try:
         for size in args.sizes:
             batch = rows(text, rng, len(stored), size)
             stored.extend(batch)
-            for name, load in (("sqlite", lambda: load_sqlite(db, batch)),
-                               ("postgres", lambda: load_postgres(pg_url, batch))):
+            for name, load in (("sqlite", load_sqlite), ("postgres", load_postgres)):
                 started = time.perf_counter()
-                load()
-                print(f"{size:>9,} {name:8} loaded {len(batch):,} in {time.perf_counter() - started:.1f} s",
-                      flush=True)
+                load(db if name == "sqlite" else pg_url, batch)
+                took = time.perf_counter() - started
+                print(f"{size:>9,} {name:8} loaded {len(batch):,} in {took:.1f} s", flush=True)
             results["sizes"][size] = {}
             for name, store in stores.items():
-                r = await measure(store, stored, text, random.Random(args.seed + size),
-                                  args.recalls, args.writes, args.concurrency, args.serial,
-                                  args.recall_seconds)
+                r = await measure(
+                    store,
+                    stored,
+                    text,
+                    random.Random(args.seed + size),
+                    args.recalls,
+                    args.writes,
+                    args.concurrency,
+                    args.serial,
+                    args.recall_seconds,
+                )
                 r["bytes"] = size_of(db if name == "sqlite" else pg_url)
                 results["sizes"][size][name] = r
-                print(f"{size:>9,} {name:8} recall p50 {r['recall_ms']['p50']:.2f} ms"
-                      f" p95 {r['recall_ms']['p95']:.2f} ms ({r['recalls']} recalls)"
-                      f" | {r['writes_per_s']:.0f} writes/s"
-                      f" | {r['bytes'] / 2**20:.0f} MiB", flush=True)
+                print(
+                    f"{size:>9,} {name:8} recall p50 {r['recall_ms']['p50']:.2f} ms"
+                    f" p95 {r['recall_ms']['p95']:.2f} ms ({r['recalls']} recalls)"
+                    f" | {r['writes_per_s']:.0f} writes/s"
+                    f" | {r['bytes'] / 2**20:.0f} MiB",
+                    flush=True,
+                )
     finally:
         for store in stores.values():
             await store.close()
@@ -256,12 +331,17 @@ async def run(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,100000,1000000",
-                        type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument(
+        "--sizes", default="1000,100000,1000000", type=lambda s: [int(x) for x in s.split(",")]
+    )
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--recalls", type=int, default=1000)
-    parser.add_argument("--recall-seconds", type=float, default=90,
-                        help="stop measuring recalls after this long (slow sizes get fewer)")
+    parser.add_argument(
+        "--recall-seconds",
+        type=float,
+        default=90,
+        help="stop measuring recalls after this long (slow sizes get fewer)",
+    )
     parser.add_argument("--writes", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=8, help="calls saving at once")
     parser.add_argument("--serial", type=int, default=200, help="saves timed one at a time")

@@ -62,13 +62,28 @@ def running(url: str) -> Iterator[str | None]:
     pg_ctl = [*as_postgres, str(bindir / "pg_ctl"), "-D", str(folder / "data"), "-w"]
     try:
         subprocess.run(
-            [*as_postgres, str(bindir / "initdb"), "-D", str(folder / "data"), "-U", user,
-             "-A", "trust", "--no-sync"],
-            check=True, capture_output=True, timeout=300,
+            [
+                *as_postgres,
+                str(bindir / "initdb"),
+                "-D",
+                str(folder / "data"),
+                "-U",
+                user,
+                "-A",
+                "trust",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
         )
         options = f"-p {port} -c listen_addresses=127.0.0.1 -k {folder}"
-        subprocess.run([*pg_ctl, "-l", str(folder / "log"), "-o", options, "start"],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [*pg_ctl, "-l", str(folder / "log"), "-o", options, "start"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     except subprocess.SubprocessError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         yield f"no PostgreSQL server at {url}, and a throwaway one did not start: {exc}"
@@ -80,7 +95,9 @@ def running(url: str) -> Iterator[str | None]:
                 conn.execute(f'CREATE DATABASE "{dbname}"')
         yield None
     finally:
-        subprocess.run([*pg_ctl, "-m", "fast", "stop"], capture_output=True, timeout=120, check=False)
+        subprocess.run(
+            [*pg_ctl, "-m", "fast", "stop"], capture_output=True, timeout=120, check=False
+        )
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -96,14 +113,38 @@ def _binaries() -> Path:
         conf = Path("/etc/postgresql-common/createcluster.conf")
         if not conf.exists():
             subprocess.run([*sudo, "mkdir", "-p", str(conf.parent)], check=True, timeout=30)
-            subprocess.run([*sudo, "tee", str(conf)], input=b"create_main_cluster = false\n",
-                           check=True, capture_output=True, timeout=30)
-        subprocess.run([*sudo, "apt-get", "update", "-q"], check=True, capture_output=True, env=env, timeout=600)
+            subprocess.run(
+                [*sudo, "tee", str(conf)],
+                input=b"create_main_cluster = false\n",
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
         subprocess.run(
-            [*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends",
-             "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
-             "postgresql"],
-            check=True, capture_output=True, env=env, timeout=900,
+            [*sudo, "apt-get", "update", "-q"],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=600,
+        )
+        subprocess.run(
+            [
+                *sudo,
+                "apt-get",
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "-o",
+                "Dpkg::Options::=--force-confdef",
+                "-o",
+                "Dpkg::Options::=--force-confold",
+                "postgresql",
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=900,
         )
         found = glob.glob("/usr/lib/postgresql/*/bin/initdb")
     if not found:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import socket
 
 import psycopg
-
-from tests.postgres_server import answers, running
+from postgres_server import answers, running
 
 
 def test_a_throwaway_server_starts_where_none_answers_and_is_gone_afterwards():
