@@ -166,10 +166,12 @@ QUERIES = {
     "summaries": "SELECT call_id, text, created_at FROM {s}.summaries"
     " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
     # The (tenant, caller_id) key finds the caller's rows; @@ keeps those that match.
+    # ts_rank_cd's normalization 1 divides by 1 + log(length), so long exchanges do not
+    # win by length alone (LoCoMo: 0.516 of evidence in the block against 0.480 without).
     "search": f"SELECT {EXCHANGE} FROM {{s}}.exchanges, to_tsquery('english', %(q)s) q"
     " WHERE tenant = %(t)s AND caller_id = %(c)s AND search @@ q"
     " AND call_id IS DISTINCT FROM %(x)s"
-    " ORDER BY ts_rank_cd(search, q) DESC, created_at DESC LIMIT %(n)s",
+    " ORDER BY ts_rank_cd(search, q, 1) DESC, created_at DESC LIMIT %(n)s",
     "exchanges": f"SELECT {EXCHANGE} FROM {{s}}.exchanges"
     " WHERE tenant = %(t)s AND caller_id = %(c)s"
     " AND (%(call)s::text IS NULL OR call_id = %(call)s) ORDER BY created_at, seq",
