@@ -35,16 +35,25 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
+# Backends over a hosted service's HTTP API share memory_backends/_hosted/: hosted.py
+# (HTTP client, the store) and outbox.py go next to memory.py, the rest (the fakes'
+# plumbing, the shared tests and fixtures) into tests/.
+HOSTED_BACKENDS = {"supermemory", "mem0", "zep"}
+
+
 def place_backend(name: str) -> None:
     """memory_backends/<name>/ holds the backend: <name>_store.py goes next to
     memory.py; its tests and store_fixtures.py (how tests get a fresh store) go
     into tests/."""
-    source = PROJECT / "memory_backends" / name
-    for path in sorted(source.glob("*.py")):
-        if path.name == f"{name}_store.py":
-            shutil.move(path, PROJECT / path.name)
-        else:
-            shutil.move(path, PROJECT / "tests" / path.name)
+    folders = [PROJECT / "memory_backends" / name]
+    if name in HOSTED_BACKENDS:
+        folders.insert(0, PROJECT / "memory_backends" / "_hosted")
+    for source in folders:
+        for path in sorted(source.glob("*.py")):
+            if path.name in (f"{name}_store.py", "hosted.py", "outbox.py"):
+                shutil.move(path, PROJECT / path.name)
+            else:
+                shutil.move(path, PROJECT / "tests" / path.name)
     shutil.rmtree(PROJECT / "memory_backends")
 
 
