@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ["supermemory", "mem0", "zep"]
 CALLER = "caller-1"
-WORDS = "garden tomatoes Lisbon train sister dentist report ferry compost knee client roses".split()
+WORDS = ["garden", "tomatoes", "Lisbon", "train", "sister", "dentist", "report", "ferry"]
 
 
 def run_one(project: Path, backend: str) -> dict:
@@ -42,8 +42,9 @@ def run_one(project: Path, backend: str) -> dict:
     import os
 
     import memory
-    from tests import fake_service
 
+    # the generated project's tests package (not the kit's)
+    fake_service = importlib.import_module("tests.fake_service")
     fake = importlib.import_module(f"tests.fake_{backend}").FAKE(lag=0.5).start()
     os.environ[fake.key_env] = fake_service.KEY
     rng = random.Random(7)
@@ -62,11 +63,16 @@ def run_one(project: Path, backend: str) -> dict:
         for call in range(20):
             for n in range(10):
                 a, b = rng.sample(WORDS, 2)
-                await store.save(memory.Exchange(
-                    key=memory.exchange_key(CALLER, f"c{call}-u{n}"), caller_id=CALLER,
-                    call_id=f"call-{call}", user_text=f"I keep thinking about {a} and {b}, since {n} May.",
-                    assistant_text=f"Noted about {a}.", created_at=1.7e9 + call * 100 + n,
-                ))
+                await store.save(
+                    memory.Exchange(
+                        key=memory.exchange_key(CALLER, f"c{call}-u{n}"),
+                        caller_id=CALLER,
+                        call_id=f"call-{call}",
+                        user_text=f"I keep thinking about {a} and {b}, since {n} May.",
+                        assistant_text=f"Noted about {a}.",
+                        created_at=1.7e9 + call * 100 + n,
+                    )
+                )
             await store.save_summary(CALLER, f"call-{call}", f"talked about {rng.choice(WORDS)}")
         for n in range(5):
             await store.remember(CALLER, memory.Fact.of(f"fact {n}", f"value {n}"))
@@ -90,28 +96,49 @@ def run_one(project: Path, backend: str) -> dict:
 
 def stats(ms: list[float]) -> dict:
     ms = sorted(ms)
-    return {"p50": round(statistics.median(ms), 2), "p95": round(ms[int(len(ms) * 0.95)], 2),
-            "max": round(ms[-1], 2)}
+    return {
+        "p50": round(statistics.median(ms), 2),
+        "p95": round(ms[int(len(ms) * 0.95)], 2),
+        "max": round(ms[-1], 2),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "hosted_recall.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "hosted_recall.json"
+    )
     args = parser.parse_args()
     from cookiecutter.main import cookiecutter
 
-    results = {"python": platform.python_version(), "machine": platform.machine(), "backends": {}}
+    backends: dict[str, dict] = {}
+    results = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "backends": backends,
+    }
     for backend in BACKENDS:
         out = Path(tempfile.mkdtemp())
-        project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(out),
-                                    extra_context={"memory_backend": backend}))
-        code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); "
-                f"import hosted_recall as h; print(json.dumps(h.run_one(__import__('pathlib').Path('.'), {backend!r})))")
-        done = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=600)
+        project = Path(
+            cookiecutter(
+                str(ROOT),
+                no_input=True,
+                output_dir=str(out),
+                extra_context={"memory_backend": backend},
+            )
+        )
+        code = (
+            f"import json, pathlib, sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); "
+            "import hosted_recall as h; "
+            f"print(json.dumps(h.run_one(pathlib.Path('.'), {backend!r})))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=600
+        )
         if done.returncode:
             sys.exit(done.stderr[-3000:])
-        results["backends"][backend] = json.loads(done.stdout.strip().splitlines()[-1])
-        print(backend, results["backends"][backend], flush=True)
+        backends[backend] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(backend, backends[backend], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
 
