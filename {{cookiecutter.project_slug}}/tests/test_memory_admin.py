@@ -86,7 +86,7 @@ async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(store_
     by_setting = admin(store_url, "purge", MEMORY_KEEP_EXCHANGES_DAYS="30")
     assert by_setting.returncode == 0, by_setting.stderr
     assert json.loads(by_setting.stdout) == {"exchanges": 1}  # the one from 1970
-    by_flag = admin(store_url, "purge", "--what", "facts", "--older-than-days", "0.0001")
+    by_flag = admin(store_url, "purge", "--what", "facts", "--older-than-days", "1")
     assert by_flag.returncode == 0 and json.loads(by_flag.stdout) == {"facts": 0}
     check = memory.open_store(store_url)
     assert [e.user_text for e in await check.exchanges(ALICE)] == ["I moved to Lisbon."]
