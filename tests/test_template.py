@@ -41,7 +41,7 @@ def bake(cookies, **answers):
     return cookies.bake(extra_context=answers, template=str(ROOT))
 
 
-def run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run(args: list[str], cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     # The model keys must not leak in: these runs are the offline ones.
     env = {
         k: v for k, v in os.environ.items() if k not in ("LIVEKIT_API_KEY", "LIVEKIT_API_SECRET")
