@@ -118,24 +118,8 @@ def rows(text: Text, rng: random.Random, start: int, stop: int) -> list[memory.E
 def load_sqlite(path: Any, batch: list[memory.Exchange]) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
-    conn.executemany(
-        """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
-           assistant_text, interrupted, item_ids, created_at) VALUES (?,?,?,?,?,?,?,?,?)""",
-        [
-            (
-                e.key,
-                e.caller_id,
-                sqlite_store.caller_key(e.caller_id),
-                e.call_id,
-                e.user_text,
-                e.assistant_text,
-                0,
-                json.dumps(list(e.item_ids)),
-                e.created_at,
-            )
-            for e in batch
-        ],
-    )
+    for e in batch:  # the store's own write, so the index holds what a save puts there
+        sqlite_store._save(conn, e)
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()

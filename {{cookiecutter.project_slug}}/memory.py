@@ -23,12 +23,14 @@ import asyncio
 import contextlib
 import hashlib
 import importlib
+import itertools
 import json
 import logging
 import math
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -472,6 +474,87 @@ def _backend(module_name: str) -> Any:
 def redact_url(url: str) -> str:
     # a password in a URL never reaches a log line or an error message
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+# -- Search words --------------------------------------------------------------------
+
+# Function words that say nothing about what to look up. Dropping them from a query
+# keeps a ranking from preferring exchanges that say "what" or "you" often.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    few for from further had has have having he her here hers herself him himself his
+    how i if in into is it its itself just let me more most my myself no nor not now of
+    off on once only or other our ours ourselves out over own same she should so some
+    such than that the their theirs them themselves then there these they this those
+    through to too under until up very was we were what when where which while who whom
+    why will with would you your yours yourself yourselves tell told said say know
+    remember recall hey hi hello yes yeah okay ok oh um uh please thanks thank like
+    really also get got go going went one ever""".split()  # noqa: SIM905 (reads as text)
+)
+MAX_QUERY_WORDS = 24
+
+# Scripts written without spaces between words (Chinese, Japanese kana, Thai, Lao,
+# Khmer, Myanmar) and Korean, whose words carry particles ("부산에" = "부산" + "에"):
+# searched by overlapping pairs of characters, so "上海出差" is found by
+# "我上海出差的事情" and "부산" by "부산에". Character bigrams are the usual
+# dictionary-free way to index CJK text (Lucene's CJKBigramFilter does the same).
+_DENSE = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u1100-\u11ff\u3040-\u30ff\u3130-\u318f"
+    "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002fa1f"
+)
+
+
+def _marks() -> str:
+    # Combining marks (Unicode categories M*) in the Basic Multilingual Plane, as
+    # regex ranges: Thai vowel signs and Devanagari matras are marks, and ``\w``
+    # would cut words at them.
+    ranges: list[tuple[int, int]] = []
+    for cp in range(0x300, 0x10000):
+        if unicodedata.category(chr(cp))[0] == "M":
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1] = (ranges[-1][0], cp)
+            else:
+                ranges.append((cp, cp))
+    return "".join(f"{chr(a)}-{chr(b)}" for a, b in ranges)
+
+
+_MARKS = _marks()
+_WORD_RE = re.compile(rf"[{_DENSE}]+|(?:[^\W_{_DENSE}]|[{_MARKS}])+")
+_DENSE_RE = re.compile(rf"[{_DENSE}]")
+_CHARACTER_RE = re.compile(rf".[{_MARKS}]*", re.DOTALL)  # a letter and its marks
+
+
+def search_words(text: str) -> list[str]:
+    """The words of ``text`` that a search matches on, in order, lower-cased: runs of
+    letters, digits and combining marks, and for the scripts in ``_DENSE`` every pair
+    of neighbouring characters, a character being a letter with its marks (a lone
+    character stands for itself). Text is compared in NFKC form, so full-width and
+    half-width forms match the ordinary ones. Stopwords are kept (see
+    ``query_words``). Raises nothing; "" gives []."""
+    words: list[str] = []
+    for run in _WORD_RE.findall(unicodedata.normalize("NFKC", text).lower()):
+        if not _DENSE_RE.match(run):
+            words.append(run)
+            continue
+        chars = _CHARACTER_RE.findall(run)
+        if len(chars) == 1:
+            words.append(run)
+        words.extend(a + b for a, b in itertools.pairwise(chars))
+    return words
+
+
+def query_words(text: str, limit: int = MAX_QUERY_WORDS) -> list[str]:
+    """What to search for when the caller says ``text``: its distinct search words
+    (``search_words``) without stopwords and one-letter words, at most ``limit``."""
+    kept: list[str] = []
+    for word in search_words(text):
+        if word in STOPWORDS or word in kept or (len(word) < 2 and not _DENSE_RE.match(word)):
+            continue
+        kept.append(word)
+        if len(kept) == limit:
+            break
+    return kept
 
 
 # -- The memory block ----------------------------------------------------------------

@@ -35,7 +35,8 @@ def assert_index_holds(store_url: str, word: str, entries: int) -> None:
     conn = sqlite3.connect(sqlite_store.path_of(store_url))
     try:
         found = conn.execute(
-            "SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH ?", (word,)
+            "SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH ?",
+            (sqlite_store.fts_query(word, CALLER),),
         ).fetchone()[0]
     finally:
         conn.close()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import sqlite3
 import threading
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
+import memory
 from memory import (
     PURGEABLE,
     RECALL_EXCHANGES,
@@ -53,41 +53,44 @@ READERS = 4
 """Reader threads per process: calls whose queries are slow (a cold disk) hold at
 most this many; other calls' recalls run on the rest."""
 
-# Function words that say nothing about what to look up. Dropping them keeps BM25
-# from ranking exchanges by how often they say "what" or "you".
-_STOPWORDS_TEXT = """a about above after again against all am an and any are as at be because been
-    before being below between both but by can could did do does doing down during each
-    few for from further had has have having he her here hers herself him himself his
-    how i if in into is it its itself just let me more most my myself no nor not now of
-    off on once only or other our ours ourselves out over own same she should so some
-    such than that the their theirs them themselves then there these they this those
-    through to too under until up very was we were what when where which while who whom
-    why will with would you your yours yourself yourselves tell told said say know
-    remember recall hey hi hello yes yeah okay ok oh um uh please thanks thank like
-    really also get got go going went one ever"""
-STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
-MAX_QUERY_TERMS = 24
+STOPWORDS = memory.STOPWORDS  # (kept here for code that used sqlite_store's list)
+CALLER_PREFIX_DIGITS = 12
 
 
-def fts_query(text: str) -> str | None:
-    """Turn what the caller said into an FTS5 query: content words, each quoted,
-    joined by OR (so no word is ever read as FTS5 syntax). None when nothing is left
-    to search for."""
-    terms: list[str] = []
-    for word in re.findall(r"\w+", text.lower()):
-        if word in STOPWORDS or len(word) < 2 or word in terms:
-            continue
-        terms.append(word)
-        if len(terms) == MAX_QUERY_TERMS:
-            break
-    if not terms:
-        return None
-    return " OR ".join(f'"{t}"' for t in terms)
+def caller_prefix(caller_id: str) -> str:
+    """What every indexed word of the caller starts with: 12 decimal digits from the
+    SHA-256 of the caller id. Each caller's words are then their own FTS5 terms, so a
+    search reads only that caller's rows and BM25 weighs words by how common they
+    are in that caller's memory; the time a recall takes follows the caller, not the
+    file. Digits only: the porter stemmer treats them as consonants, so a prefixed
+    word stems like the word alone. (Two callers whose prefixes collide share terms;
+    rows are still filtered by caller id.)"""
+    number = int.from_bytes(hashlib.sha256(caller_id.encode()).digest()[:8], "big")
+    return f"{number % 10**CALLER_PREFIX_DIGITS:0{CALLER_PREFIX_DIGITS}d}"
 
 
-# Each entry moves a file from version N to N+1; `PRAGMA user_version` holds N.
-# Append, never edit: files in the field are at every version.
-MIGRATIONS: list[str] = [
+def indexed_words(caller_id: str, text: str) -> str:
+    """The text FTS5 indexes for ``text`` of ``caller_id``: its search words
+    (``memory.search_words``: words, and character pairs for Chinese, Japanese,
+    Korean and Thai), each behind the caller's prefix, joined by spaces."""
+    prefix = caller_prefix(caller_id)
+    return " ".join(prefix + w for w in memory.search_words(text))
+
+
+def fts_query(text: str, caller_id: str) -> str | None:
+    """Turn what the caller said into an FTS5 query over ``caller_id``'s words: its
+    content words (``memory.query_words``), each behind the caller's prefix and
+    quoted, joined by OR (so no word is ever read as FTS5 syntax). None when nothing
+    is left to search for."""
+    prefix = caller_prefix(caller_id)
+    words = memory.query_words(text)
+    return " OR ".join(f'"{prefix}{w}"' for w in words) or None
+
+
+# Each entry moves a file from version N to N+1; `PRAGMA user_version` holds N: SQL,
+# or a function for a step that needs Python. Append, never edit: files in the field
+# are at every version.
+MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """
     CREATE TABLE exchanges (
         key            TEXT PRIMARY KEY,
@@ -143,6 +146,9 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (caller_id, call_id)
     );
     """,
+    # 2: search by each caller's own words (see caller_prefix) and by character pairs
+    # for Chinese, Japanese, Korean and Thai (see memory.search_words).
+    lambda conn: _index_words_per_caller(conn),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = {"exchanges", "exchanges_fts", "facts", "summaries"}
@@ -236,25 +242,32 @@ class SQLiteStore:
                     f"{self.path} has memory schema version {version}, newer than this "
                     f"code's {SCHEMA_VERSION}; upgrade the agent before opening it"
                 )
+            if version and "exchanges" not in _tables(conn):
+                # another application's file: check before any migration touches it
+                self._not_memory(version, {"exchanges"})
             for number in range(version, SCHEMA_VERSION):
-                for statement in _split_sql(MIGRATIONS[number]):
+                step = MIGRATIONS[number]
+                if callable(step):
+                    step(conn)
+                    continue
+                for statement in _split_sql(step):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {number + 1}")
-            tables = {
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-            missing = TABLES - tables
+            missing = TABLES - _tables(conn)
             if missing:
-                raise SchemaMismatch(
-                    f"{self.path} is not a memory file (schema version {version} but no "
-                    f"{', '.join(sorted(missing))} table); give MEMORY_URL a file of its own"
-                )
+                self._not_memory(version, missing)
             # a write now, so a read-only file fails here and not on the first call
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def _not_memory(self, version: int, missing: set[str]) -> None:
+        raise SchemaMismatch(
+            f"{self.path} is not a memory file (schema version {version} but no "
+            f"{', '.join(sorted(missing))} table); give MEMORY_URL a file of its own"
+        )
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
@@ -341,21 +354,8 @@ class SQLiteStore:
                 (caller_id, RECENT_SUMMARIES),
             )
         )
-        exchanges: tuple[Exchange, ...] = ()
-        match = fts_query(query) if limit else None
-        if match:
-            rows = conn.execute(
-                """SELECT e.* FROM exchanges_fts f JOIN exchanges e ON e.rowid = f.rowid
-                   WHERE exchanges_fts MATCH ? AND e.caller_id = ? AND e.call_id IS NOT ?
-                   ORDER BY bm25(exchanges_fts, 0.0, 1.0, 1.0) LIMIT ?""",
-                (
-                    f"caller_key:{caller_key(caller_id)} AND ({match})",
-                    caller_id,
-                    exclude_call_id,
-                    limit,
-                ),
-            )
-            exchanges = tuple(_row_to_exchange(r) for r in rows)
+        match = fts_query(query, caller_id) if limit else None
+        exchanges = _search(conn, caller_id, match, exclude_call_id, limit) if match else ()
         return Recall(facts, summaries, exchanges)
 
     async def exchanges(self, caller_id: str, *, call_id: str | None = None) -> list[Exchange]:
@@ -423,19 +423,56 @@ class SQLiteStore:
             self._connections.clear()
 
 
+USER_WEIGHT = 1.0
+REPLY_WEIGHT = 1.0
+"""BM25 weights of the caller's words and of the agent's reply in an exchange."""
+
+
+def _search(
+    conn: sqlite3.Connection, caller_id: str, match: str, exclude_call_id: str | None, limit: int
+) -> tuple[Exchange, ...]:
+    # Rank in the index alone, then read only the best rows (not every matched row)
+    # and drop the current call's; ask for more if that left fewer than ``limit``.
+    want = limit * 2
+    while True:
+        ids = [
+            r[0]
+            for r in conn.execute(
+                f"""SELECT rowid FROM exchanges_fts WHERE exchanges_fts MATCH ?
+                    ORDER BY bm25(exchanges_fts, {USER_WEIGHT}, {REPLY_WEIGHT}) LIMIT ?""",
+                (match, want),
+            )
+        ]
+        rows = {
+            r["rid"]: r
+            for r in conn.execute(
+                f"""SELECT rowid AS rid, * FROM exchanges WHERE rowid IN
+                    ({",".join("?" * len(ids))}) AND caller_id = ? AND call_id IS NOT ?""",
+                (*ids, caller_id, exclude_call_id),
+            )
+        }
+        found = [rows[i] for i in ids if i in rows][:limit]
+        if len(found) == limit or len(ids) < want:
+            return tuple(_row_to_exchange(r) for r in found)
+        want *= 4
+
+
 # -- SQL run on the writer thread ----------------------------------------------------
 
 
 def _save(conn: sqlite3.Connection, e: Exchange) -> None:
     conn.execute(
         """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
-                                  assistant_text, interrupted, item_ids, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  assistant_text, interrupted, item_ids, created_at,
+                                  user_words, reply_words)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (key) DO UPDATE SET
                user_text = excluded.user_text,
                assistant_text = excluded.assistant_text,
                interrupted = excluded.interrupted,
-               item_ids = excluded.item_ids
+               item_ids = excluded.item_ids,
+               user_words = excluded.user_words,
+               reply_words = excluded.reply_words
            WHERE user_text IS NOT excluded.user_text
               OR assistant_text IS NOT excluded.assistant_text
               OR interrupted IS NOT excluded.interrupted
@@ -450,6 +487,8 @@ def _save(conn: sqlite3.Connection, e: Exchange) -> None:
             int(e.interrupted),
             json.dumps(list(e.item_ids)),
             e.created_at,
+            indexed_words(e.caller_id, e.user_text),
+            indexed_words(e.caller_id, e.assistant_text),
         ),
     )
 
@@ -530,6 +569,48 @@ def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
+
+
+_FTS_TOKENIZER = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
+"""FTS5's porter stemmer over its unicode61 tokenizer, with combining marks (M*)
+kept inside words as memory.search_words keeps them (Thai vowel signs are marks)."""
+_WORDS = ("user_words", "reply_words")
+
+
+def _index_words_per_caller(conn: sqlite3.Connection) -> None:
+    # Schema 2: the index holds each exchange's search words behind the caller's
+    # prefix (columns user_words, reply_words, filled in Python by _save), instead of
+    # the raw text and a caller_key column. Runs inside _migrate's transaction.
+    for column in _WORDS:
+        conn.execute(f"ALTER TABLE exchanges ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+    for trigger in ("exchanges_ai", "exchanges_ad", "exchanges_au"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DROP TABLE exchanges_fts")
+    rows = conn.execute("SELECT rowid, caller_id, user_text, assistant_text FROM exchanges")
+    conn.executemany(
+        "UPDATE exchanges SET user_words = ?, reply_words = ? WHERE rowid = ?",
+        ((indexed_words(r[1], r[2]), indexed_words(r[1], r[3]), r[0]) for r in rows.fetchall()),
+    )
+    columns = ", ".join(_WORDS)
+    old = ", ".join(f"old.{c}" for c in _WORDS)
+    new = ", ".join(f"new.{c}" for c in _WORDS)
+    conn.execute(
+        f"""CREATE VIRTUAL TABLE exchanges_fts USING fts5 ({columns},
+            content='exchanges', content_rowid='rowid', tokenize="{_FTS_TOKENIZER}")"""
+    )
+    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('rebuild')")
+    delete = f"""INSERT INTO exchanges_fts (exchanges_fts, rowid, {columns})
+                 VALUES ('delete', old.rowid, {old});"""
+    insert = f"INSERT INTO exchanges_fts (rowid, {columns}) VALUES (new.rowid, {new});"
+    conn.execute(f"CREATE TRIGGER exchanges_ai AFTER INSERT ON exchanges BEGIN {insert} END")
+    conn.execute(f"CREATE TRIGGER exchanges_ad AFTER DELETE ON exchanges BEGIN {delete} END")
+    conn.execute(
+        f"CREATE TRIGGER exchanges_au AFTER UPDATE ON exchanges BEGIN {delete} {insert} END"
+    )
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 def _split_sql(script: str) -> Iterable[str]:

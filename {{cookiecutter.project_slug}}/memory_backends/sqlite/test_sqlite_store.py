@@ -15,7 +15,9 @@ import pytest
 
 import memory
 import sqlite_store
+from tests.conftest import call
 from tests.doubles import make_exchange
+from tests.scripted_llm import ScriptedLLM, memory_blocks
 
 ALICE = "alice@example.com"
 
@@ -34,7 +36,65 @@ async def test_recall_matches_other_word_forms(store):
 async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
     await store.save(make_exchange(1, text="what did you do"))
     assert (await store.recall(ALICE, "what did you do?")).exchanges == ()
-    assert sqlite_store.fts_query("what did you ... do?") is None
+    assert sqlite_store.fts_query("what did you ... do?", ALICE) is None
+
+
+# What a caller says in one call and asks in a later one, in languages written without
+# spaces between words (Chinese, Japanese, Thai) or with particles on words (Korean).
+LATER_CALLS = {
+    "chinese": ("下周二我要去上海出差", "我上海出差的事情你还记得吗"),
+    "japanese": ("来週の火曜日に大阪へ出張します", "大阪出張のこと覚えてる？"),  # noqa: RUF001
+    "korean": ("다음 주에 부산에 가요", "부산 여행 기억나요?"),
+    "thai": ("พรุ่งนี้ฉันจะไปเชียงใหม่", "เรื่องเชียงใหม่คุณจำได้ไหม"),
+}
+
+
+@pytest.mark.parametrize("language", sorted(LATER_CALLS))
+async def test_a_later_call_in_the_same_language_finds_what_was_said(store, language):
+    said, asked = LATER_CALLS[language]
+    async with call(store, ALICE, ScriptedLLM(["Hi!", "OK."])) as (session, _):
+        await session.run(user_input=said)
+    # an unrelated exchange, so a match is a match and not the only row there is
+    await store.save(make_exchange(9, text="I need a new phone charger", call_id="call-0"))
+    model = ScriptedLLM(["Hi again!", "Yes."])
+    async with call(store, ALICE, model, call_id="call-2") as (session, _):
+        await session.run(user_input=asked)
+    block = memory_blocks(model.requests[-1])[0]
+    assert said in block
+    assert "charger" not in block
+
+
+def test_thai_words_are_not_cut_at_their_vowel_marks():
+    # "\w+" splits เชียงใหม่ (Chiang Mai) before each vowel sign and tone mark
+    words = memory.query_words("เชียงใหม่")
+    assert words == ["เชี", "ชีย", "ยง", "งใ", "ให", "หม่"]
+    assert all(not memory.unicodedata.category(w[0]).startswith("M") for w in words)
+
+
+async def test_a_file_of_schema_1_is_indexed_again_when_opened(tmp_path):
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(str(sqlite_store.MIGRATIONS[0]))
+    conn.execute(
+        "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
+        "assistant_text, item_ids, created_at) VALUES ('k1', ?, ?, 'c1', ?, 'Nice!', '[]', 1)",
+        (ALICE, sqlite_store.caller_key(ALICE), "We went hiking in the Alps."),
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    store = memory.open_store(f"sqlite:///{path}")
+    try:
+        recall = await store.recall(ALICE, "Where did I go hiking?")
+        assert [e.user_text for e in recall.exchanges] == ["We went hiking in the Alps."]
+        await store.save(make_exchange(2, text="hiking again next week"))
+        assert len((await store.recall(ALICE, "hiking")).exchanges) == 2
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
+    conn.close()
 
 
 async def test_forgetting_everything_deletes_the_index_entries_too(store, db_path):
@@ -44,8 +104,12 @@ async def test_forgetting_everything_deletes_the_index_entries_too(store, db_pat
     conn = sqlite3.connect(db_path)
     conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
     count = "SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH ?"
-    assert conn.execute(count, ("secret",)).fetchone()[0] == 0
-    assert conn.execute(count, ("pineapple",)).fetchone()[0] == 1  # bob's
+    for word, caller, entries in [
+        ("secret", ALICE, 0),
+        ("pineapple", ALICE, 0),
+        ("pineapple", "bob", 1),
+    ]:
+        assert conn.execute(count, (sqlite_store.fts_query(word, caller),)).fetchone()[0] == entries
     conn.close()
 
 
@@ -108,7 +172,7 @@ def test_migrations_are_applied_in_order_from_an_older_file(db_path, store_url, 
     )
     monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", len(sqlite_store.MIGRATIONS))
     conn = sqlite3.connect(db_path)
-    for statement in sqlite_store._split_sql(sqlite_store.MIGRATIONS[0]):
+    for statement in sqlite_store._split_sql(str(sqlite_store.MIGRATIONS[0])):
         conn.execute(statement)
     conn.execute("INSERT INTO facts VALUES ('a', 'name', 'Alice', 0)")
     conn.execute("PRAGMA user_version = 1")
@@ -116,7 +180,7 @@ def test_migrations_are_applied_in_order_from_an_older_file(db_path, store_url, 
     conn.close()
     store = memory.open_store(store_url)
     conn = sqlite3.connect(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == len(sqlite_store.MIGRATIONS)
     assert conn.execute("SELECT value FROM facts").fetchone()[0] == "Alice"
     conn.execute("SELECT x FROM notes")
     conn.close()
