@@ -43,6 +43,7 @@ from memory import (
     PURGEABLE,
     RECALL_EXCHANGES,
     RECENT_SUMMARIES,
+    STOPWORDS,
     WRITE_TIMEOUT,
     Exchange,
     Fact,
@@ -80,19 +81,6 @@ COMMIT_MARGIN = 0.1
 RECHECK_AFTER = 30.0
 """Seconds before a missing or mismatched schema is looked at again."""
 
-# Function words that say nothing about what to look up (sqlite_store.py's list).
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been
-    before being below between both but by can could did do does doing down during each
-    few for from further had has have having he her here hers herself him himself his
-    how i if in into is it its itself just let me more most my myself no nor not now of
-    off on once only or other our ours ourselves out over own same she should so some
-    such than that the their theirs them themselves then there these they this those
-    through to too under until up very was we were what when where which while who whom
-    why will with would you your yours yourself yourselves tell told said say know
-    remember recall hey hi hello yes yeah okay ok oh um uh please thanks thank like
-    really also get got go going went one ever""".split()  # noqa: SIM905 (reads as text)
-)
 MAX_QUERY_TERMS = 24
 
 
