@@ -53,6 +53,8 @@ logger = logging.getLogger("agent")
 load_dotenv(Path(__file__).with_name(".env.local"))
 
 AGENT_NAME = "memory-agent"
+STYLE_ASPECTS = ("length", "pace", "order", "tone", "language")
+"""What a style note may be about; note_style refuses any other aspect."""
 LLM_MODEL = "openai/gpt-4.1-mini"
 STT_MODEL = "deepgram/nova-3"
 TTS_MODEL = "cartesia/sonic-3"
@@ -122,7 +124,9 @@ class Assistant(Agent):
     @function_tool
     async def remember(self, context: RunContext, kind: str, value: str) -> str:
         """Save a lasting fact about the caller for future calls. A newer value of the
-        same kind replaces the old one.
+        same kind replaces the old one, except for kinds a caller has several of (child,
+        pet, allergy, medication, open issue); the answer says what it replaced or that
+        it was already known.
 
         Args:
             kind: What the fact is about, in a few words, e.g. "name", "home city".
@@ -139,9 +143,12 @@ class Assistant(Agent):
             aspect: One word: "length", "pace", "order", "tone" or "language".
             note: The instruction in a few words, e.g. "Keep answers to one sentence".
         """
+        said = aspect.strip().lower()
+        if said not in STYLE_ASPECTS:
+            return f"Not saved: the aspect must be one of {', '.join(STYLE_ASPECTS)}."
         if len(note) > 120:
             return "Not saved: keep a style note under 120 characters."
-        return await self.call.remember(f"{memory.STYLE_PREFIX}_{aspect}", note)
+        return await self.call.remember(f"{memory.STYLE_PREFIX}_{said}", note)
 
 
 async def build_agent(

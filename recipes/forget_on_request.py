@@ -83,7 +83,7 @@ class Assistant(Agent):
         super().__init__(instructions=INSTRUCTIONS, llm=model or new_llm())
         self.call = call
         # (what, kind, how many caller turns there were when it was asked)
-        self._forget_request: tuple[str, str, int] | None = None
+        self._forget_request: tuple[str, str, str, int] | None = None
 
     async def on_enter(self) -> None:
         # llm_node runs for this reply too, so the greeting sees the preloaded profile.
@@ -126,7 +126,9 @@ class Assistant(Agent):
     @function_tool
     async def remember(self, context: RunContext, kind: str, value: str) -> str:
         """Save a lasting fact about the caller for future calls. A newer value of the
-        same kind replaces the old one.
+        same kind replaces the old one, except for kinds a caller has several of (child,
+        pet, allergy, medication, open issue); the answer says what it replaced or that
+        it was already known.
 
         Args:
             kind: What the fact is about, in a few words, e.g. "name", "home city".
@@ -136,7 +138,12 @@ class Assistant(Agent):
 
     @function_tool
     async def forget(
-        self, context: RunContext, what: str, kind: str = "", confirmed: bool = False
+        self,
+        context: RunContext,
+        what: str,
+        kind: str = "",
+        value: str = "",
+        confirmed: bool = False,
     ) -> str:
         """Forget something about the caller because they asked. Call it first with
         confirmed=false; ask the caller the question it returns; call it again with
@@ -146,6 +153,8 @@ class Assistant(Agent):
             what: "fact" (one fact, name it in kind), "everything" (all you know
                 about the caller) or "this_call" (do not remember this call).
             kind: For what="fact", the fact's kind, e.g. "home address".
+            value: For what="fact", only this value of the kind, when the caller has
+                several (e.g. one allergy); empty forgets every value of the kind.
             confirmed: True only after the caller said yes to forgetting it.
         """
         if what not in ("fact", "everything", "this_call") or (what == "fact" and not kind):
@@ -154,9 +163,9 @@ class Assistant(Agent):
             1 for i in self.session.history.items if i.type == "message" and i.role == "user"
         )
         if not confirmed:
-            self._forget_request = (what, kind, caller_turns)
+            self._forget_request = (what, kind, value, caller_turns)
             thing = {
-                "fact": f"their {kind}",
+                "fact": f"their {kind}" + (f" {value!r}" if value else ""),
                 "everything": "everything you know about them",
                 "this_call": "this call",
             }[what]
@@ -164,10 +173,10 @@ class Assistant(Agent):
         request = self._forget_request
         # The caller, not the model, confirms: the request must be this one, and the
         # caller must have spoken after it was asked.
-        if request is None or request[:2] != (what, kind) or caller_turns <= request[2]:
+        if request is None or request[:3] != (what, kind, value) or caller_turns <= request[3]:
             return "Not done: ask the caller to confirm first (call forget with confirmed=false)."
         self._forget_request = None
-        return await self.call.forget(what, kind or None)
+        return await self.call.forget(what, kind or None, value or None)
 
 
 async def build_agent(

@@ -143,7 +143,9 @@ class Assistant(Agent):
     @function_tool
     async def remember(self, context: RunContext, kind: str, value: str) -> str:
         """Save a lasting fact about the caller for future calls. A newer value of the
-        same kind replaces the old one.
+        same kind replaces the old one, except for kinds a caller has several of (child,
+        pet, allergy, medication, open issue); the answer says what it replaced or that
+        it was already known.
 
         Args:
             kind: What the fact is about, in a few words, e.g. "name", "home city".

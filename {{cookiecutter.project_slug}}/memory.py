@@ -31,7 +31,7 @@ import os
 import re
 import time
 import unicodedata
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -189,18 +189,36 @@ class Exchange:
 @dataclass(frozen=True)
 class Fact:
     """A durable fact about the caller: ``kind`` (lower-case words joined by ``_``,
-    at most 40 characters) and ``value`` (at most 500 characters). Build one with
-    ``Fact.of``, which checks and cleans both. ``updated_at``: seconds since the epoch."""
+    at most 40 characters, aliases resolved by ``FACT_KINDS``) and ``value`` (at most
+    500 characters). Build one with ``Fact.of``, which checks and cleans both.
+
+    Times are seconds since the epoch: ``learned_at`` when this value was first heard,
+    ``updated_at`` when it was last heard (learned or confirmed: ``confirmed_at``);
+    ``replaced_at`` is set only on history, a value a newer one replaced (see
+    ``MemoryStore.history``). A ``learned_at`` of 0 (a fact stored before dates were
+    kept) reads as ``updated_at``."""
 
     kind: str
     value: str
     updated_at: float = 0.0
+    learned_at: float = 0.0
+    replaced_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.learned_at:
+            object.__setattr__(self, "learned_at", self.updated_at)
+
+    @property
+    def confirmed_at(self) -> float:
+        """When the caller last said it (the same as ``updated_at``)."""
+        return self.updated_at
 
     @classmethod
     def of(cls, kind: str, value: str, updated_at: float | None = None) -> Fact:
         """Raises ``InvalidFact`` for an empty or too long kind or value."""
         k, v = normalise_fact(kind, value)
-        return cls(k, v, time.time() if updated_at is None else updated_at)
+        at = time.time() if updated_at is None else updated_at
+        return cls(k, v, at, at)
 
 
 @dataclass(frozen=True)
@@ -235,15 +253,126 @@ def exchange_key(caller_id: str, first_item_id: str) -> str:
 
 def normalise_fact(kind: str, value: str) -> tuple[str, str]:
     """Return ``(kind, value)`` cleaned, or raise ``InvalidFact``. The kind is
-    lower-case words joined by ``_`` ("Home City" -> "home_city"), so a newer value
-    of the same kind replaces the old one however the model spells it."""
+    lower-case words joined by ``_`` ("Home City" -> "home_city"), then an alias is
+    replaced by its kind (``FACT_KINDS``: "city", "where I live" -> "home_city"), so a
+    newer value of the same kind replaces the old one however the model words it."""
     k = "_".join(re.findall(r"\w+", str(kind or "").lower()))
+    k = _ALIASES.get(k, k)
     v = " ".join(str(value or "").split())
     if not k or len(k) > MAX_FACT_KIND_CHARS:
         raise InvalidFact(f"a fact kind must have 1 to {MAX_FACT_KIND_CHARS} characters")
     if not v or len(v) > MAX_FACT_VALUE_CHARS:
         raise InvalidFact(f"a fact value must have 1 to {MAX_FACT_VALUE_CHARS} characters")
     return k, v
+
+
+# -- Fact kinds and reconciliation ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FactKind:
+    """One kind of the fact vocabulary: its ``name`` (as stored), the other ways a
+    model or a caller words it (``aliases``), and whether a caller has several values
+    at once (``many``: children, allergies) or one that a newer value replaces."""
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    many: bool = False
+
+
+FACT_KINDS: tuple[FactKind, ...] = (
+    FactKind("name", ("full name", "first name", "my name", "caller name")),
+    FactKind("preferred_name", ("nickname", "call me", "goes by")),
+    FactKind(
+        "home_city",
+        ("city", "home town", "hometown", "where i live", "lives in", "town", "residence"),
+    ),
+    FactKind("home_address", ("address", "street address", "postal address")),
+    FactKind("email", ("email address", "e mail", "e mail address")),
+    FactKind("language", ("preferred language", "speaks")),
+    FactKind("job", ("occupation", "profession", "job title", "work", "works as")),
+    FactKind("employer", ("company", "works at", "works for")),
+    FactKind("birthday", ("date of birth", "birth date", "dob")),
+    FactKind("partner", ("spouse", "wife", "husband")),
+    FactKind("child", ("children", "kid", "kids"), many=True),
+    FactKind("pet", ("pets",), many=True),
+    FactKind("allergy", ("allergies", "allergic to"), many=True),
+    FactKind("medication", ("medications", "medicine", "medicines"), many=True),
+    FactKind("open_issue", ("issue", "issues", "open issues", "problem", "ticket"), many=True),
+)
+"""The fact vocabulary, the one place to extend it. A kind outside it is kept as the
+model words it and holds one value."""
+
+_KINDS = {k.name: k for k in FACT_KINDS}
+_ALIASES = {
+    "_".join(re.findall(r"\w+", alias.lower())): k.name for k in FACT_KINDS for alias in k.aliases
+}
+
+
+def kind_takes_many(kind: str) -> bool:
+    """True for a kind (normalised) whose values add up instead of replacing each other."""
+    known = _KINDS.get(kind)
+    return bool(known and known.many)
+
+
+def value_key(value: str) -> str:
+    """What two values must share to be the same fact: their words, lower-case
+    ("Lisbon." and "lisbon" match; "Lisbon" and "Porto" do not)."""
+    return " ".join(re.findall(r"\w+", value.casefold())) or value.casefold()
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What ``MemoryStore.remember`` did. ``outcome``: "added" (a new value),
+    "replaced" (``old`` is the value it replaced, now history) or "confirmed" (the
+    value was known already: its ``updated_at`` moved on, nothing was added).
+    ``fact``: the fact as stored now (a confirmed fact keeps its ``learned_at``)."""
+
+    outcome: str
+    fact: Fact
+    old: Fact | None = None
+
+
+@dataclass(frozen=True)
+class FactChange:
+    """How a store applies one ``remember`` (from ``reconcile``): ``retire`` the
+    held values that become history (``replaced_at`` = the new fact's time), set
+    ``confirm``'s ``updated_at`` (a held value, matched by kind and value), insert
+    ``add``."""
+
+    remembered: Remembered
+    retire: tuple[Fact, ...] = ()
+    confirm: Fact | None = None
+    add: Fact | None = None
+
+
+def reconcile(held: Sequence[Fact], new: Fact) -> FactChange:
+    """Decide what remembering ``new`` does, given ``held``: the caller's current
+    values of ``new.kind`` (every store reads them and applies the result in one
+    transaction, so all backends reconcile alike).
+
+    A value already held (``value_key``) is confirmed, never added twice; for a kind
+    that takes one value (``kind_takes_many``) a different value replaces the held one,
+    which becomes history; a kind that takes many gains the value."""
+    same = next((f for f in held if value_key(f.value) == value_key(new.value)), None)
+    many = kind_takes_many(new.kind)
+    others = () if many else tuple(f for f in held if f is not same)
+    if same is not None:
+        confirmed = Fact(
+            same.kind, same.value, max(new.updated_at, same.updated_at), same.learned_at
+        )
+        return FactChange(Remembered("confirmed", confirmed), others, confirmed)
+    if others:
+        old = max(others, key=lambda f: f.updated_at)
+        return FactChange(Remembered("replaced", new, old), others, add=new)
+    return FactChange(Remembered("added", new), add=new)
+
+
+def matching_facts(facts: Sequence[Fact], kind: str, value: str | None) -> list[Fact]:
+    """The facts ``forget(kind=..., value=...)`` deletes: every value of ``kind``
+    (history included), or those equal to ``value`` (``value_key``)."""
+    key = None if value is None else value_key(value)
+    return [f for f in facts if f.kind == kind and key in (None, value_key(f.value))]
 
 
 # -- The store interface -------------------------------------------------------------
@@ -268,10 +397,14 @@ class MemoryStore(Protocol):
         doubles; the newest version wins)."""
         ...
 
-    async def remember(self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT) -> Fact:
-        """Save a fact; a fact of the same kind is replaced. Applied within ``timeout``
-        seconds or not at all: when this raises, the fact was not saved. Returns the
-        fact as stored."""
+    async def remember(
+        self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT
+    ) -> Remembered:
+        """Save a fact, reconciled with the caller's current values of its kind by
+        ``reconcile`` (read and written in one transaction): a known value is
+        confirmed, a kind that takes one value has the old one moved to history, a
+        kind that takes many gains one. Applied within ``timeout`` seconds or not at
+        all: when this raises, nothing changed. Returns what happened."""
         ...
 
     async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
@@ -283,17 +416,25 @@ class MemoryStore(Protocol):
         caller_id: str,
         *,
         kind: str | None = None,
+        value: str | None = None,
         call_id: str | None = None,
         timeout: float = WRITE_TIMEOUT,
     ) -> int:
-        """Delete one fact (``kind``, already normalised), one call (``call_id``: its
-        exchanges and summary) or, with neither, everything about the caller, search
-        index entries included. Applied within ``timeout`` seconds or not at all.
-        Returns the number of rows (facts, summaries, exchanges) deleted."""
+        """Delete the facts of one kind (``kind``, already normalised; with
+        ``value``, only that value, ``matching_facts``; history included), one call
+        (``call_id``: its exchanges and summary) or, with none, everything about the
+        caller, search index entries included. Applied within ``timeout`` seconds or
+        not at all. Returns the number of rows (fact values, summaries, exchanges)
+        deleted."""
+        ...
+
+    async def history(self, caller_id: str) -> list[Fact]:
+        """The values newer ones replaced (``replaced_at`` set), latest replacement
+        first: for export and for tests; never in the block."""
         ...
 
     async def profile(self, caller_id: str) -> Recall:
-        """Facts (newest first) and the ``RECENT_SUMMARIES`` latest call summaries:
+        """Current facts (newest first) and the ``RECENT_SUMMARIES`` latest call summaries:
         what is known without a query. No exchanges."""
         ...
 
@@ -333,7 +474,8 @@ class MemoryStore(Protocol):
         ...
 
     async def stats(self) -> dict[str, int]:
-        """Counts for operators: {"callers", "exchanges", "facts", "summaries"}."""
+        """Counts for operators: {"callers", "exchanges", "facts", "summaries"};
+        "facts" counts every stored value, history included."""
         ...
 
     async def close(self) -> None:
@@ -572,7 +714,8 @@ def format_block(
     and the most relevant past exchanges. Space is given in that order of need:
     the unavailable sentence when ``partial=True`` (only the profile preloaded at
     call start could be used), style notes (facts whose kind starts with
-    ``STYLE_PREFIX``, up to a quarter), facts (newest first, up to half), the
+    ``STYLE_PREFIX``, up to a quarter), facts (newest first, each with the month it
+    was learned and, if later, last said: "since March 2026", up to half), the
     exchanges by rank, then summaries (newest first). A line that does not fit is
     skipped, not the rest after it, so one long line never hides shorter ones; a
     line already in the block is not repeated.
@@ -609,12 +752,7 @@ def format_block(
         max_chars // 4,
     )
     facts = take(
-        [
-            f"- {_clip(fact_label(f.kind), MAX_FACT_KIND_CHARS)}: "
-            f"{_clip(f.value, MAX_FACT_VALUE_CHARS)}"
-            for f in recall.facts
-            if not f.kind.startswith(STYLE_PREFIX)
-        ],
+        [_fact_line(f) for f in recall.facts if not f.kind.startswith(STYLE_PREFIX)],
         "Facts the caller gave:",
         max_chars // 2,
     )
@@ -634,9 +772,53 @@ def format_block(
     return "\n".join(lines)
 
 
+def remembered_sentence(done: Remembered, others: Sequence[Fact] = ()) -> str:
+    """What the ``remember`` tool tells the model: saved, what it replaced, or that
+    it was known already (and since when). ``others``: the other values of a kind
+    that takes many, named so the model knows they are kept."""
+    f = done.fact
+    said = f"{fact_label(f.kind)} = {f.value}"
+    if done.outcome == "confirmed":
+        return f"Already known: {said} (on file {since(f.learned_at)}); nothing new was saved."
+    if done.outcome == "replaced" and done.old is not None:
+        return f"Saved: {said}. It replaces {done.old.value}, which is kept only as history."
+    also = "; ".join(_clip(o.value, 60) for o in others[:5])
+    return f"Saved: {said}." + (f" Also on file for {fact_label(f.kind)}: {also}." if also else "")
+
+
+MONTHS = (
+    "January February March April May June July August September October November December"
+).split()
+
+
+def since(ts: float) -> str:
+    """When a fact was learned, in the caller's terms: "since March 2026" (month and
+    year, UTC; English whatever the locale), or "since an unknown date"."""
+    return f"since {month(ts)}"
+
+
+def month(ts: float) -> str:
+    """ "March 2026" for a time in seconds since the epoch (UTC), or "an unknown date"."""
+    try:
+        t = time.gmtime(ts)
+    except (OverflowError, OSError, ValueError):
+        return "an unknown date"
+    return f"{MONTHS[t.tm_mon - 1]} {t.tm_year}"
+
+
 def fact_label(kind: str) -> str:
     """A fact's kind as the model reads it: "home_city" -> "home city"."""
     return kind.replace("_", " ")
+
+
+def _fact_line(f: Fact) -> str:
+    # When it was learned, and last said if that was in a later month, so the model
+    # can tell a fresh fact from a stale one ("since March 2026, said again May 2026").
+    line = f"- {_clip(fact_label(f.kind), MAX_FACT_KIND_CHARS)}: {_clip(f.value, MAX_FACT_VALUE_CHARS)}"
+    if f.learned_at > 0:
+        learned, again = month(f.learned_at), month(f.updated_at)
+        line += f" (since {learned}" + (f", said again {again})" if again != learned else ")")
+    return line
 
 
 def _exchange_line(e: Exchange) -> str:
@@ -1085,18 +1267,27 @@ class CallMemory:
         if not (self.capturing or always):
             return "Not saved: this call is not being remembered."
         try:
-            fact = await self.store.remember(self.caller_id, Fact.of(kind, value))  # type: ignore[arg-type]
+            done = await self.store.remember(self.caller_id, Fact.of(kind, value))  # type: ignore[arg-type]
         except InvalidFact as exc:
             return f"Not saved: {exc}."
         except Exception as exc:
             self._warn_once("remember", "could not save a fact: %r", exc)
             return "Saving that failed; tell the caller it could not be remembered this time."
+        fact = done.fact
+        others: tuple[Fact, ...] = ()
         if self.profile is not None:
-            facts = tuple(f for f in self.profile.facts if f.kind != fact.kind)
-            self.profile = Recall((fact, *facts), self.profile.summaries)
+            others = tuple(
+                f
+                for f in self.profile.facts
+                if f.kind == fact.kind and value_key(f.value) != value_key(fact.value)
+            )
+            kept = [f for f in self.profile.facts if f.kind != fact.kind]
+            if kind_takes_many(fact.kind):
+                kept += others
+            self.profile = Recall((fact, *kept), self.profile.summaries)
         # The cached recall of this turn is kept: the model already has the fact in
         # the tool call, and a reply that loops through tools recalls only once.
-        return f"Saved: {fact_label(fact.kind)} = {fact.value}."
+        return remembered_sentence(done, others if kind_takes_many(fact.kind) else ())
 
     def summary(self) -> str | None:
         """A one-line summary of this call for the next call's greeting: the first
@@ -1112,9 +1303,10 @@ class CallMemory:
         """This call's exchanges so far, oldest first."""
         return self.pairing.exchanges()
 
-    async def forget(self, what: str, kind: str | None = None) -> str:
+    async def forget(self, what: str, kind: str | None = None, value: str | None = None) -> str:
         """Forget at the caller's request; returns a short sentence for the model
-        (never raises). ``what``: "fact" (the fact of ``kind``), "everything"
+        (never raises). ``what``: "fact" (every value of ``kind``, or with ``value``
+        only that one, e.g. one of several allergies), "everything"
         (every fact, summary and exchange of the caller, this call's included, and
         nothing more is saved in this call) or "this_call" (this call's exchanges,
         and nothing more of it is saved)."""
@@ -1142,6 +1334,7 @@ class CallMemory:
             n = await self.store.forget(
                 self.caller_id,  # type: ignore[arg-type]
                 kind=gone,
+                value=value or None if gone else None,
                 call_id=self.call_id if what == "this_call" else None,
             )
         except Exception as exc:
@@ -1151,9 +1344,13 @@ class CallMemory:
         if what == "everything":
             self.profile = Recall()
         elif gone is not None and self.profile is not None:
+            dropped = matching_facts(self.profile.facts, gone, value or None)
             self.profile = Recall(
-                tuple(f for f in self.profile.facts if f.kind != gone), self.profile.summaries
+                tuple(f for f in self.profile.facts if f not in dropped), self.profile.summaries
             )
+        if what == "fact" and value:
+            said = f"{fact_label(gone or '')} = {value}"
+            return f"Forgotten: {said}." if n else f"Nothing was stored as {said}."
         if what == "fact":
             return f"Forgotten: {kind}." if n else f"Nothing was stored as {kind}."
         return "Forgotten, and nothing more from this call will be kept."

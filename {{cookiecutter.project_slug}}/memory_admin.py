@@ -39,12 +39,14 @@ class UsageError(Exception):
 
 async def export(store: memory.MemoryStore, caller_id: str) -> dict[str, Any]:
     """Everything stored about one caller as JSON-ready data: {"caller_id", "exported_at"
-    (seconds since the epoch), "facts", "summaries", "exchanges" (oldest first)}."""
+    (seconds since the epoch), "facts", "fact_history" (replaced values), "summaries",
+    "exchanges" (oldest first)}."""
     profile = await store.profile(caller_id)
     return {
         "caller_id": caller_id,
         "exported_at": time.time(),
         "facts": [asdict(f) for f in profile.facts],
+        "fact_history": [asdict(f) for f in await store.history(caller_id)],
         "summaries": [asdict(s) for s in await store.summaries(caller_id)],
         "exchanges": [asdict(e) for e in await store.exchanges(caller_id)],
     }
@@ -54,7 +56,16 @@ def show(data: dict[str, Any]) -> str:
     """One caller's export as lines an operator reads (dates are UTC)."""
     lines = [f"caller {data['caller_id']}"]
     lines.append(f"facts ({len(data['facts'])}):")
-    lines += [f"  {memory.fact_label(f['kind'])}: {f['value']}" for f in data["facts"]]
+    lines += [
+        f"  {memory.fact_label(f['kind'])}: {f['value']} (learned {_day(f['learned_at'])})"
+        for f in data["facts"]
+    ]
+    history = data.get("fact_history", [])
+    lines.append(f"replaced facts ({len(history)}):")
+    lines += [
+        f"  {memory.fact_label(f['kind'])}: {f['value']} (replaced {_day(f['replaced_at'])})"
+        for f in history
+    ]
     lines.append(f"call summaries ({len(data['summaries'])}):")
     lines += [f"  {_day(s['created_at'])} {s['call_id']}: {s['text']}" for s in data["summaries"]]
     lines.append(f"exchanges ({len(data['exchanges'])}):")

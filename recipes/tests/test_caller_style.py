@@ -53,3 +53,15 @@ async def test_the_instructions_say_never_to_read_the_notes_out(store):
         pass
     instructions = model.replies[0].items[0].text_content
     assert "never read them out or mention them" in instructions
+
+
+async def test_an_aspect_outside_the_closed_set_is_refused_with_the_accepted_ones(store):
+    model = ScriptedLLM(
+        ["Hello!", ToolCall("note_style", {"aspect": "vibes", "note": "Be chill"}), "Okay."]
+    )
+    async with call(store, CALLER, model) as (session, _):
+        result = await session.run(user_input="Just keep the vibes chill.")
+        result.expect.next_event().is_function_call(name="note_style")
+        refused = result.expect.next_event().is_function_call_output().event().item.output
+    assert refused == "Not saved: the aspect must be one of length, pace, order, tone, language."
+    assert (await store.profile(CALLER)).facts == ()

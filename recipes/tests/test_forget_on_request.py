@@ -11,8 +11,8 @@ from tests.scripted_llm import ScriptedLLM, ToolCall
 CALLER = "caller-1"
 
 
-def forget(what: str, kind: str = "", confirmed: bool = False) -> ToolCall:
-    return ToolCall("forget", {"what": what, "kind": kind, "confirmed": confirmed})
+def forget(what: str, kind: str = "", confirmed: bool = False, value: str = "") -> ToolCall:
+    return ToolCall("forget", {"what": what, "kind": kind, "value": value, "confirmed": confirmed})
 
 
 def tool_outputs(model: ScriptedLLM) -> list[str]:
@@ -66,6 +66,28 @@ async def test_a_fact_is_forgotten_after_the_caller_says_yes(store):
         await session.run(user_input="Yes, please.")
     assert tool_outputs(model)[-1] == "Forgotten: home address."
     assert [f.kind for f in (await store.profile(CALLER)).facts] == ["name"]
+
+
+async def test_one_value_of_a_kind_with_several_is_forgotten_and_the_others_kept(store):
+    await store.remember(CALLER, memory.Fact.of("allergy", "peanuts"))
+    await store.remember(CALLER, memory.Fact.of("allergies", "shellfish"))
+    model = ScriptedLLM(
+        [
+            "Hello!",
+            forget("fact", "allergy", value="peanuts"),
+            "Should I forget your peanut allergy?",
+            forget("fact", "allergy", confirmed=True, value="peanuts"),
+            "Done.",
+        ]
+    )
+    async with call(store, CALLER, model) as (session, _):
+        await session.run(user_input="I'm not allergic to peanuts any more, forget that.")
+        await session.run(user_input="Yes.")
+    assert tool_outputs(model)[-2:] == [
+        "Ask the caller to confirm that you should forget their allergy 'peanuts'.",
+        "Forgotten: allergy = peanuts.",
+    ]
+    assert [f.value for f in (await store.profile(CALLER)).facts] == ["shellfish"]
 
 
 async def test_the_model_cannot_confirm_on_the_callers_behalf(store):

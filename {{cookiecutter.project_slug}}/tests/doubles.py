@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import re
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ class InMemoryStore:
 
     def __init__(self) -> None:
         self._exchanges: dict[str, memory.Exchange] = {}
-        self._facts: dict[tuple[str, str], memory.Fact] = {}
+        self._facts: dict[str, list[memory.Fact]] = {}  # caller id -> values, history too
         self._summaries: dict[tuple[str, str], memory.Summary] = {}
         self.closed = False
 
@@ -47,10 +48,19 @@ class InMemoryStore:
 
     async def remember(
         self, caller_id: str, fact: memory.Fact, *, timeout: float = memory.WRITE_TIMEOUT
-    ) -> memory.Fact:
+    ) -> memory.Remembered:
         self._check()
-        self._facts[(caller_id, fact.kind)] = fact
-        return fact
+        rows = self._facts.setdefault(caller_id, [])
+        held = [f for f in rows if f.kind == fact.kind and f.replaced_at is None]
+        change = memory.reconcile(held, fact)
+        for old in change.retire:
+            rows[rows.index(old)] = dataclasses.replace(old, replaced_at=fact.updated_at)
+        if change.confirm is not None:
+            same = next(f for f in held if f.value == change.confirm.value)
+            rows[rows.index(same)] = change.confirm
+        if change.add is not None:
+            rows.append(change.add)
+        return change.remembered
 
     async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
         self._check()
@@ -61,29 +71,36 @@ class InMemoryStore:
         caller_id: str,
         *,
         kind: str | None = None,
+        value: str | None = None,
         call_id: str | None = None,
         timeout: float = memory.WRITE_TIMEOUT,
     ) -> int:
         self._check()
         if kind is not None:
-            return 1 if self._facts.pop((caller_id, kind), None) else 0
+            rows = self._facts.get(caller_id, [])
+            gone_facts = memory.matching_facts(rows, kind, value)
+            self._facts[caller_id] = [f for f in rows if f not in gone_facts]
+            return len(gone_facts)
         gone = [k for k, e in self._exchanges.items() if e.caller_id == caller_id]
         gone = [k for k in gone if call_id is None or self._exchanges[k].call_id == call_id]
         summaries = [k for k in self._summaries if k[0] == caller_id]
         summaries = [k for k in summaries if call_id is None or k[1] == call_id]
-        facts = [k for k in self._facts if k[0] == caller_id] if call_id is None else []
+        facts = self._facts.pop(caller_id, []) if call_id is None else []
         for k in gone:
             del self._exchanges[k]
         for s in summaries:
             del self._summaries[s]
-        for f in facts:
-            del self._facts[f]
         return len(gone) + len(summaries) + len(facts)
+
+    async def history(self, caller_id: str) -> list[memory.Fact]:
+        self._check()
+        old = [f for f in self._facts.get(caller_id, []) if f.replaced_at is not None]
+        return sorted(old, key=lambda f: f.replaced_at or 0.0, reverse=True)
 
     async def profile(self, caller_id: str) -> memory.Recall:
         self._check()
         facts = sorted(
-            (f for (c, _), f in self._facts.items() if c == caller_id),
+            (f for f in self._facts.get(caller_id, []) if f.replaced_at is None),
             key=lambda f: f.updated_at,
             reverse=True,
         )
@@ -133,24 +150,25 @@ class InMemoryStore:
     async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
         self._check()
         ids = {e.caller_id for e in self._exchanges.values()}
-        ids |= {c for c, _ in self._facts} | {c for c, _ in self._summaries}
+        ids |= {c for c, rows in self._facts.items() if rows} | {c for c, _ in self._summaries}
         return sorted(c for c in ids if c > after)[:limit]
 
     async def purge(self, *, before: float, what: str) -> int:
         self._check()
         if what not in memory.PURGEABLE:
             raise ValueError(f"what must be one of {', '.join(memory.PURGEABLE)}")
+        if what == "facts":
+            n = 0
+            for caller_id, rows in self._facts.items():
+                self._facts[caller_id] = [f for f in rows if f.updated_at >= before]
+                n += len(rows) - len(self._facts[caller_id])
+            return n
         tables: dict[str, dict[Any, Any]] = {
             "exchanges": self._exchanges,
             "summaries": self._summaries,
-            "facts": self._facts,
         }
         table = tables[what]
-        old = [
-            k
-            for k, v in table.items()
-            if (v.updated_at if what == "facts" else v.created_at) < before
-        ]
+        old = [k for k, v in table.items() if v.created_at < before]
         for k in old:
             del table[k]
         return len(old)
@@ -160,7 +178,7 @@ class InMemoryStore:
         return {
             "callers": len(await self.callers(limit=10**9)),
             "exchanges": len(self._exchanges),
-            "facts": len(self._facts),
+            "facts": sum(len(rows) for rows in self._facts.values()),
             "summaries": len(self._summaries),
         }
 

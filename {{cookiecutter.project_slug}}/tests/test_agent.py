@@ -207,6 +207,13 @@ async def test_remember_replaces_an_older_value_of_the_same_kind(store):
         await say(session, "Actually I moved to Porto.")
     facts = (await store.profile(ALICE)).facts
     assert [(f.kind, f.value) for f in facts] == [("home_city", "Porto")]
+    # the model was told what the second save replaced
+    outputs = [i.output for i in model.requests[-1].items if i.type == "function_call_output"]
+    assert (
+        outputs[-1]
+        == "Saved: home city = Porto. It replaces Lisbon, which is kept only as history."
+    )
+    assert [f.value for f in await store.history(ALICE)] == ["Lisbon"]
 
 
 async def test_a_bad_fact_comes_back_to_the_model_as_a_sentence(store):

@@ -4,6 +4,7 @@ pairing as plain code, and CallMemory over test doubles of the store interface."
 from __future__ import annotations
 
 import asyncio
+import calendar
 import logging
 import time
 
@@ -198,6 +199,72 @@ async def test_a_new_turn_with_the_same_words_recalls_afresh():
     assert "home city: Lisbon" in await call.block_for("I moved to Porto.", turn=1)  # same turn
     assert "home city: Porto" in await call.block_for("I moved to Porto.", turn=2)
     await call.aclose()
+
+
+async def test_remember_says_what_it_replaced_and_what_was_already_known():
+    store = InMemoryStore()
+    call = memory.CallMemory(store, ALICE, "call-1")
+    assert await call.remember("name", "Sam") == "Saved: name = Sam."
+    assert (
+        await call.remember("full name", "Samantha")
+        == "Saved: name = Samantha. It replaces Sam, which is kept only as history."
+    )
+    again = await call.remember("Name", "samantha")
+    assert again == (
+        f"Already known: name = Samantha (on file {memory.since(time.time())}); "
+        "nothing new was saved."
+    )
+    assert [f.value for f in (await store.profile(ALICE)).facts] == ["Samantha"]
+    await call.aclose()
+
+
+async def test_a_kind_with_many_values_keeps_each_and_forgets_one_on_request():
+    store = InMemoryStore()
+    call = memory.CallMemory(store, ALICE, "call-1")
+    assert await call.facts() == {}  # the profile is loaded
+    assert await call.remember("child", "Ana") == "Saved: child = Ana."
+    assert await call.remember("kids", "Tom") == "Saved: child = Tom. Also on file for child: Ana."
+    block = await call.block_for("How are the children?", turn=1)
+    assert "child: Tom" in block and "child: Ana" in block
+    assert await call.forget("fact", "children", "ana") == "Forgotten: child = ana."
+    assert await call.forget("fact", "child", "Zoe") == "Nothing was stored as child = Zoe."
+    assert [f.value for f in (await store.profile(ALICE)).facts] == ["Tom"]
+    block = await call.block_for("How are the children?", turn=2)
+    assert "child: Tom" in block and "Ana" not in block
+    await call.aclose()
+
+
+def test_facts_in_the_block_say_since_when_in_the_callers_terms():
+    march = calendar.timegm((2026, 3, 14, 12, 0, 0))
+    may = calendar.timegm((2026, 5, 2, 9, 0, 0))
+    recall = memory.Recall(
+        facts=(
+            memory.Fact("home_city", "Porto", may, march),
+            memory.Fact("name", "Ana", march + 60, march),
+            memory.Fact("pet", "a cat called Miso", 0.0),  # stored before dates were kept
+        )
+    )
+    lines = memory.format_block(recall).splitlines()
+    assert "- home city: Porto (since March 2026, said again May 2026)" in lines
+    assert "- name: Ana (since March 2026)" in lines
+    assert "- pet: a cat called Miso" in lines
+
+
+def test_aliases_name_one_kind_and_the_vocabulary_says_which_take_many():
+    assert {memory.normalise_fact(k, "x")[0] for k in ("city", "Home City", "where I live")} == {
+        "home_city"
+    }
+    assert memory.normalise_fact("favourite colour", "green") == ("favourite_colour", "green")
+    assert [k.name for k in memory.FACT_KINDS if k.many] == [
+        "child",
+        "pet",
+        "allergy",
+        "medication",
+        "open_issue",
+    ]
+    aliases = [a for k in memory.FACT_KINDS for a in (k.name, *k.aliases)]
+    keys = ["_".join(a.lower().replace("-", " ").split()) for a in aliases]
+    assert len(keys) == len(set(keys)), "an alias names two kinds"
 
 
 async def test_closing_the_call_while_a_reply_waits_on_recall_does_not_raise():

@@ -69,6 +69,21 @@ async def test_show_and_export_give_one_caller_and_never_another(store_url, two_
     assert "4417" not in out.read_text()
 
 
+async def test_show_and_export_keep_a_replaced_value_as_history(store_url, store):
+    await store.remember(ALICE, memory.Fact.of("home city", "Lisbon", 1000.0))
+    await store.remember(ALICE, memory.Fact.of("where I live", "Porto", 90000.0))
+    shown = admin(store_url, "show", ALICE)
+    assert shown.returncode == 0, shown.stderr
+    assert "home city: Porto (learned 1970-01-02 01:00 UTC)" in shown.stdout
+    assert (
+        "replaced facts (1):\n  home city: Lisbon (replaced 1970-01-02 01:00 UTC)" in shown.stdout
+    )
+    exported = json.loads(admin(store_url, "export", ALICE).stdout)
+    assert [(f["value"], f["replaced_at"]) for f in exported["fact_history"]] == [
+        ("Lisbon", 90000.0)
+    ]
+
+
 async def test_forget_erases_one_caller_only_after_yes(store_url, two_callers):
     refused = admin(store_url, "forget", ALICE)
     assert refused.returncode == 2 and "--yes" in refused.stderr

@@ -104,23 +104,84 @@ async def test_exchanges_keep_every_field_and_come_oldest_first(any_store):
     assert await any_store.exchanges(ALICE, call_id="other") == []
 
 
-async def test_a_newer_fact_of_the_same_kind_replaces_the_old(any_store):
-    await any_store.remember(ALICE, fact("home city", "Lisbon", 1.0))
+async def test_a_newer_fact_of_the_same_kind_replaces_the_old_and_keeps_it_as_history(any_store):
+    first = await any_store.remember(ALICE, fact("home city", "Lisbon", 1.0))
+    assert first.outcome == "added"
     stored = await any_store.remember(ALICE, fact("Home City", "Porto", 2.0))
-    assert stored.kind == "home_city"
+    assert (stored.outcome, stored.fact.kind, stored.fact.value) == (
+        "replaced",
+        "home_city",
+        "Porto",
+    )
+    assert stored.old is not None and stored.old.value == "Lisbon"
+    assert [(f.kind, f.value) for f in (await any_store.profile(ALICE)).facts] == [
+        ("home_city", "Porto")
+    ]
+    assert [
+        (f.kind, f.value, f.learned_at, f.replaced_at) for f in await any_store.history(ALICE)
+    ] == [("home_city", "Lisbon", 1.0, 2.0)]
+
+
+async def test_a_reworded_kind_is_the_same_kind(any_store):
+    await any_store.remember(ALICE, fact("city", "Lisbon", 1.0))
+    moved = await any_store.remember(ALICE, fact("where I live", "Porto", 2.0))
+    assert moved.outcome == "replaced" and moved.old is not None and moved.old.value == "Lisbon"
     assert [(f.kind, f.value) for f in (await any_store.profile(ALICE)).facts] == [
         ("home_city", "Porto")
     ]
 
 
+async def test_a_known_value_said_again_is_confirmed_not_added(any_store):
+    await any_store.remember(ALICE, fact("name", "Alice", 1000.0))
+    again = await any_store.remember(ALICE, fact("my name", "alice.", 5000.0))
+    assert again.outcome == "confirmed"
+    assert (again.fact.value, again.fact.learned_at, again.fact.updated_at) == (
+        "Alice",
+        1000.0,
+        5000.0,
+    )
+    (kept,) = (await any_store.profile(ALICE)).facts
+    assert (kept.value, kept.learned_at, kept.confirmed_at) == ("Alice", 1000.0, 5000.0)
+    assert await any_store.history(ALICE) == []
+    assert (await any_store.stats())["facts"] == 1
+
+
+async def test_a_kind_with_many_values_keeps_each_until_one_is_forgotten(any_store):
+    assert (await any_store.remember(ALICE, fact("allergy", "peanuts", 1.0))).outcome == "added"
+    assert (await any_store.remember(ALICE, fact("allergies", "shellfish", 2.0))).outcome == "added"
+    assert (await any_store.remember(ALICE, fact("allergy", "Peanuts", 3.0))).outcome == "confirmed"
+    profile = await any_store.profile(ALICE)
+    assert sorted(f.value for f in profile.facts if f.kind == "allergy") == ["peanuts", "shellfish"]
+    assert await any_store.forget(ALICE, kind="allergy", value="PEANUTS") == 1
+    assert await any_store.forget(ALICE, kind="allergy", value="peanuts") == 0
+    assert [f.value for f in (await any_store.profile(ALICE)).facts] == ["shellfish"]
+
+
+async def test_forgetting_a_kind_deletes_its_history_too(any_store):
+    await any_store.remember(ALICE, fact("home city", "Lisbon", 1.0))
+    await any_store.remember(ALICE, fact("home city", "Porto", 2.0))
+    await any_store.remember(ALICE, fact("name", "Alice", 3.0))
+    assert await any_store.forget(ALICE, kind="home_city") == 2
+    assert await any_store.history(ALICE) == []
+    assert [f.kind for f in (await any_store.profile(ALICE)).facts] == ["name"]
+
+
+async def test_forgetting_one_old_value_leaves_the_current_one(any_store):
+    await any_store.remember(ALICE, fact("home city", "Lisbon", 1.0))
+    await any_store.remember(ALICE, fact("home city", "Porto", 2.0))
+    assert await any_store.forget(ALICE, kind="home_city", value="Lisbon") == 1
+    assert await any_store.history(ALICE) == []
+    assert [f.value for f in (await any_store.profile(ALICE)).facts] == ["Porto"]
+
+
 async def test_facts_and_summaries_come_newest_first_and_summaries_are_limited(any_store):
     await any_store.remember(ALICE, fact("name", "Alice", 1.0))
-    await any_store.remember(ALICE, fact("city", "Porto", 2.0))
+    await any_store.remember(ALICE, fact("job", "nurse", 2.0))
     for n in range(memory.RECENT_SUMMARIES + 2):
         await any_store.save_summary(ALICE, f"call-{n}", f"summary {n}")
         await asyncio.sleep(0.01)  # distinct times
     profile = await any_store.profile(ALICE)
-    assert [f.kind for f in profile.facts] == ["city", "name"]
+    assert [f.kind for f in profile.facts] == ["job", "name"]
     assert [s.text for s in profile.summaries] == [
         f"summary {n}" for n in reversed(range(2, memory.RECENT_SUMMARIES + 2))
     ]
@@ -167,11 +228,13 @@ async def test_forgetting_everything_leaves_nothing_to_recall_and_other_callers_
 
 async def test_a_store_reopened_from_its_url_keeps_what_it_holds(store_url):
     first = memory.open_store(store_url)
-    await first.remember(ALICE, fact("name", "Alice"))
+    await first.remember(ALICE, fact("name", "Alice", 1000.0))
+    await first.remember(ALICE, fact("name", "Alice", 2000.0))
     await first.save(make_exchange(1, text="kept across processes"))
     await first.close()
     second = memory.open_store(store_url)
-    assert (await second.profile(ALICE)).facts[0].value == "Alice"
+    (kept,) = (await second.profile(ALICE)).facts
+    assert (kept.value, kept.learned_at, kept.updated_at) == ("Alice", 1000.0, 2000.0)
     assert [e.user_text for e in await second.exchanges(ALICE)] == ["kept across processes"]
     await second.close()
 

@@ -34,6 +34,7 @@ import re
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -407,10 +408,22 @@ class HostedStore:
 
     async def remember(
         self, caller_id: str, fact: Fact, *, timeout: float = memory.WRITE_TIMEOUT
-    ) -> Fact:
-        await self._db(self._outbox.put, Item.of_fact(caller_id, fact), time.monotonic() + timeout)
+    ) -> memory.Remembered:
+        deadline = time.monotonic() + timeout
+        facts = await self._facts(caller_id, timeout / 2)
+        held = [f.fact() for f in facts if f.data["kind"] == fact.kind]
+        change = memory.reconcile([f for f in held if f.replaced_at is None], fact)
+        items = [
+            *(
+                Item.of_fact(caller_id, replace(f, replaced_at=fact.updated_at))
+                for f in change.retire
+            ),
+            *(Item.of_fact(caller_id, f) for f in (change.confirm, change.add) if f is not None),
+        ]
+        # one transaction: the history and the new value land together or not at all
+        await self._db(self._outbox.put_all, items, deadline)
         self._kick()
-        return fact
+        return change.remembered
 
     async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
         await self._db(
@@ -426,14 +439,20 @@ class HostedStore:
         caller_id: str,
         *,
         kind: str | None = None,
+        value: str | None = None,
         call_id: str | None = None,
         timeout: float = memory.WRITE_TIMEOUT,
     ) -> int:
         deadline = time.monotonic() + timeout
+        scope: dict[str, Any] = {"call": call_id} if call_id is not None else {}
         if kind is not None:
-            scope: dict[str, str] = {"item": Item.of_fact(caller_id, Fact(kind, "-")).id}
-        else:
-            scope = {"call": call_id} if call_id is not None else {}
+            # every value of the kind (history too) the outbox or the service holds
+            facts = await self._facts(caller_id, timeout / 2)
+            gone = memory.matching_facts([i.fact() for i in facts], kind, value)
+            ids = {i.id for i in facts if i.fact() in gone}
+            if value is None:  # and the kind's current item, wherever it is
+                ids.add(Item.of_fact(caller_id, Fact(kind, "-")).id)
+            scope = {"items": sorted(ids)}
         # What the service holds in scope (other workers' writes), to delete and count;
         # without an answer in time, the outbox's own rows are forgotten and counted.
         try:
@@ -450,7 +469,7 @@ class HostedStore:
         also = [
             i
             for i in listed
-            if ("item" in scope and i.id == scope["item"])
+            if ("items" in scope and i.id in scope["items"])
             or ("call" in scope and i.kind != "fact" and i.call_id == scope["call"])
             or not scope
         ]
@@ -466,6 +485,26 @@ class HostedStore:
         return n
 
     # -- reads --
+
+    async def _facts(self, caller_id: str, timeout: float) -> list[Item]:
+        """The caller's fact items (current and history) from the outbox and, if it
+        answers within ``timeout`` seconds, the service; else the outbox's alone."""
+        try:
+            items, _, _ = await asyncio.wait_for(self._view(caller_id, ("fact",)), timeout)
+            return [i for i in items.values() if i.kind == "fact"]
+        except (memory.MemoryStoreError, TimeoutError) as exc:
+            self._warn_once(
+                "facts-list", "could not list the caller's facts at %s: %r", self.service.name, exc
+            )
+        rows, _ = await self._read(self._outbox.rows, caller_id, ("fact",))
+        return [r.item for r in rows if r.item.kind == "fact"]
+
+    async def history(self, caller_id: str) -> list[Fact]:
+        items, _, _ = await self._view(caller_id, ("fact",))
+        old = [i.fact() for i in items.values() if i.kind == "fact"]
+        return sorted(
+            (f for f in old if f.replaced_at is not None), key=lambda f: -(f.replaced_at or 0.0)
+        )
 
     async def _service_view(self, caller_id: str, kinds: tuple[str, ...]) -> list[Item]:
         """The service's listing of the caller, less what was forgotten."""
@@ -522,7 +561,11 @@ class HostedStore:
         profile = _profile(items)
         # Facts a service derived itself (Zep's graph) follow the caller's own facts.
         kinds = {f.kind for f in profile.facts}
-        derived = [i.fact() for i in found if i.kind == "fact" and i.data["kind"] not in kinds]
+        derived = [
+            f
+            for f in (i.fact() for i in found if i.kind == "fact")
+            if f.kind not in kinds and f.replaced_at is None
+        ]
         return Recall(
             (*profile.facts, *derived), profile.summaries, tuple(exchanges.values())[:limit]
         )
@@ -709,7 +752,12 @@ async def _nothing() -> list[Item]:
 
 def _profile(items: dict[str, Item]) -> Recall:
     facts = sorted(
-        (i.fact() for i in items.values() if i.kind == "fact"), key=lambda f: -f.updated_at
+        (
+            f
+            for f in (i.fact() for i in items.values() if i.kind == "fact")
+            if f.replaced_at is None
+        ),
+        key=lambda f: -f.updated_at,
     )
     summaries = sorted(
         (i.summary() for i in items.values() if i.kind == "summary"), key=lambda s: -s.created_at

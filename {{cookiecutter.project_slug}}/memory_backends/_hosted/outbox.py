@@ -69,7 +69,9 @@ class Item:
     """One exchange, fact or call summary, as the outbox and a Service see it.
 
     ``id`` is stable per caller: the exchange key, ``fact-<hash of kind>`` (a newer
-    fact of the same kind replaces the item), ``summary-<hash of call id>``. ``at`` is
+    fact of the same kind replaces the item; for a kind that takes many values, one
+    item per value: ``fact-<hash of kind and value>``; a replaced value kept as
+    history is an item of its own), ``summary-<hash of call id>``. ``at`` is
     the exchange's or summary's ``created_at``, the fact's ``updated_at`` (seconds
     since the epoch). ``data`` holds the memory type's fields; ``remote`` the
     service's own ids for it (what a Service returned from ``put``)."""
@@ -89,8 +91,21 @@ class Item:
 
     @classmethod
     def of_fact(cls, caller_id: str, f: Fact) -> Item:
-        data = {"kind": f.kind, "value": f.value, "updated_at": f.updated_at}
-        return cls(f"fact-{short_hash(f.kind)}", caller_id, "fact", "", f.updated_at, data)
+        # replaced_at 0.0: a current value (metadata values cannot be null at Zep)
+        data = {
+            "kind": f.kind,
+            "value": f.value,
+            "updated_at": f.updated_at,
+            "learned_at": f.learned_at,
+            "replaced_at": f.replaced_at or 0.0,
+        }
+        if f.replaced_at is not None:
+            item_id = short_hash(f.kind, memory.value_key(f.value), repr(f.replaced_at))
+        elif memory.kind_takes_many(f.kind):
+            item_id = short_hash(f.kind, memory.value_key(f.value))
+        else:
+            item_id = short_hash(f.kind)
+        return cls(f"fact-{item_id}", caller_id, "fact", "", f.updated_at, data)
 
     @classmethod
     def of_summary(cls, caller_id: str, s: Summary) -> Item:
@@ -102,7 +117,14 @@ class Item:
         return Exchange(**{**self.data, "item_ids": tuple(self.data["item_ids"])})
 
     def fact(self) -> Fact:
-        return Fact(self.data["kind"], self.data["value"], self.data["updated_at"])
+        d = self.data  # items written before dates were kept have no learned_at
+        return Fact(
+            d["kind"],
+            d["value"],
+            d["updated_at"],
+            d.get("learned_at") or 0.0,
+            d.get("replaced_at") or None,
+        )
 
     def summary(self) -> Summary:
         return Summary(self.data["call_id"], self.data["text"], self.data["created_at"])
@@ -110,6 +132,8 @@ class Item:
     def text(self) -> str:
         """What the service reads: words, not JSON (it extracts and indexes them)."""
         d = self.data
+        if self.kind == "fact" and d.get("replaced_at"):  # history, not true now
+            return f"{memory.fact_label(d['kind'])} (no longer current): {d['value']}"
         if self.kind == "fact":
             return f"{memory.fact_label(d['kind'])}: {d['value']}"
         if self.kind == "summary":
@@ -303,9 +327,12 @@ class Outbox:
         """Insert or replace an item; a changed one is delivered again, an unchanged
         one is not. Raises TimeoutError past ``deadline`` (time.monotonic()), and
         ``memory.StoreUnavailable`` when MAX_PENDING rows wait already."""
+        self.put_all([item], deadline)
+
+    def put_all(self, items: list[Item], deadline: float | None = None) -> None:
+        """``put`` for several items, in one transaction (all or none)."""
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError("the write was not started in time; nothing was written")
-        settle = SETTLE if item.kind == "exchange" and not item.data["assistant_text"] else 0.0
         now = time.time()
         with self._tx() as db:
             waiting = db.execute(f"SELECT count(*) FROM items WHERE {PENDING}").fetchone()[0]
@@ -314,39 +341,45 @@ class Outbox:
                     f"the memory outbox {self.path} is full ({waiting} undelivered rows); "
                     "the service has not accepted writes for a while"
                 )
-            db.execute(
-                """INSERT INTO items (caller_id, id, kind, call_id, at, data, next_at, queued_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (caller_id, id) DO UPDATE SET
-                       call_id = excluded.call_id, at = excluded.at, data = excluded.data,
-                       version = version + 1, attempts = 0, next_at = excluded.next_at,
-                       queued_at = excluded.queued_at, rejected = 0, error = NULL
-                   WHERE data IS NOT excluded.data""",
-                (
-                    item.caller_id,
-                    item.id,
-                    item.kind,
-                    item.call_id,
-                    item.at,
-                    json.dumps(item.data, sort_keys=True),
-                    now + settle,
-                    now,
-                ),
-            )
+            for item in items:
+                self._put(db, item, now)
+
+    def _put(self, db: sqlite3.Connection, item: Item, now: float) -> None:
+        settle = SETTLE if item.kind == "exchange" and not item.data["assistant_text"] else 0.0
+        db.execute(
+            """INSERT INTO items (caller_id, id, kind, call_id, at, data, next_at, queued_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (caller_id, id) DO UPDATE SET
+                   call_id = excluded.call_id, at = excluded.at, data = excluded.data,
+                   version = version + 1, attempts = 0, next_at = excluded.next_at,
+                   queued_at = excluded.queued_at, rejected = 0, error = NULL
+               WHERE data IS NOT excluded.data""",
+            (
+                item.caller_id,
+                item.id,
+                item.kind,
+                item.call_id,
+                item.at,
+                json.dumps(item.data, sort_keys=True),
+                now + settle,
+                now,
+            ),
+        )
 
     def forget(
         self, caller_id: str, scope: dict[str, Any], also: list[Item], deadline: float
     ) -> int:
-        """Delete the items in ``scope`` ({"item": id} | {"call": call id} | {} for
-        everything) and ``also`` (what the service listed in that scope), remember
+        """Delete the items in ``scope`` ({"items": [id, ...]} | {"call": call id} | {}
+        for everything) and ``also`` (what the service listed in that scope), remember
         the forget (tombstone) and queue the service's delete. Undelivered items are
         never delivered now. Returns how many distinct items were forgotten."""
         if time.monotonic() > deadline:
             raise TimeoutError("the forget was not started in time; nothing was forgotten")
         now = time.time()
         where, args = "caller_id = ?", [caller_id]
-        if "item" in scope:
-            where, args = where + " AND id = ?", [*args, scope["item"]]
+        if "items" in scope:
+            marks = ",".join("?" * len(scope["items"])) or "NULL"
+            where, args = where + f" AND id IN ({marks})", [*args, *scope["items"]]
         elif "call" in scope:
             where, args = where + " AND call_id = ? AND kind != 'fact'", [*args, scope["call"]]
         with self._tx() as db:
@@ -361,10 +394,12 @@ class Outbox:
             db.execute(f"DELETE FROM items WHERE {where}", args)
             if not scope:  # the service's ids of the caller (a Zep user) go with it
                 db.execute("DELETE FROM remote_ids WHERE caller_id = ?", (caller_id,))
-            db.execute(
+            # one tombstone per forgotten item, or one for the call or the caller
+            ids: list[str | None] = [*scope.get("items", [])] or [None]
+            db.executemany(
                 "INSERT INTO tombstones (caller_id, item_id, call_id, before, at) "
                 "VALUES (?, ?, ?, ?, ?)",
-                (caller_id, scope.get("item"), scope.get("call"), 0.0 if scope else now, now),
+                [(caller_id, i, scope.get("call"), 0.0 if scope else now, now) for i in ids],
             )
             if gone or not scope:
                 db.execute(

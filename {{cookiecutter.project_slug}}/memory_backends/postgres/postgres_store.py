@@ -49,9 +49,12 @@ from memory import (
     Fact,
     InvalidStoreUrl,
     Recall,
+    Remembered,
     SchemaMismatch,
     StoreUnavailable,
     Summary,
+    matching_facts,
+    reconcile,
 )
 
 T = TypeVar("T")
@@ -144,13 +147,30 @@ CREATE TABLE {s}.tenant_roles (role_name name PRIMARY KEY, tenant text NOT NULL)
         f"CREATE POLICY own_tenant ON {{s}}.{t} USING ({_OWN_TENANT}) WITH CHECK ({_OWN_TENANT});\n"
         for t in ("exchanges", "facts", "summaries")
     ),
+    # 2: facts keep dates and history, and a kind may hold several values
+    # (memory.reconcile decides which), so (tenant, caller_id, kind) is no longer unique.
+    """
+ALTER TABLE {s}.facts DROP CONSTRAINT facts_pkey;
+ALTER TABLE {s}.facts ADD COLUMN learned_at double precision NOT NULL DEFAULT 0;
+UPDATE {s}.facts SET learned_at = updated_at;
+ALTER TABLE {s}.facts ADD COLUMN replaced_at double precision;  -- NULL: a current value
+CREATE INDEX facts_by_caller ON {s}.facts (tenant, caller_id, kind);
+""",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = ("exchanges", "facts", "summaries")
 EXCHANGE = "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids, created_at"
 QUERIES = {
-    "facts": "SELECT kind, value, updated_at FROM {s}.facts"
-    " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY updated_at DESC",
+    "facts": "SELECT kind, value, updated_at, learned_at, replaced_at FROM {s}.facts"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s AND replaced_at IS NULL"
+    " ORDER BY updated_at DESC",
+    "history": "SELECT kind, value, updated_at, learned_at, replaced_at FROM {s}.facts"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s AND replaced_at IS NOT NULL"
+    " ORDER BY replaced_at DESC",
+    "kind": "SELECT kind, value, updated_at, learned_at, replaced_at FROM {s}.facts"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s AND kind = %(kind)s",
+    # one caller's facts are reconciled one write at a time, across worker processes
+    "lock caller": "SELECT pg_advisory_xact_lock(hashtextextended(%(t)s || '/' || %(c)s, 0))",
     "summaries": "SELECT call_id, text, created_at FROM {s}.summaries"
     " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
     # The (tenant, caller_id) key finds the caller's rows; @@ keeps those that match.
@@ -173,9 +193,14 @@ QUERIES = {
     " WHERE (exchanges.user_text, exchanges.assistant_text, exchanges.interrupted,"
     " exchanges.item_ids) IS DISTINCT FROM (excluded.user_text, excluded.assistant_text,"
     " excluded.interrupted, excluded.item_ids)",
-    "remember": "INSERT INTO {s}.facts VALUES (%(t)s, %(c)s, %(kind)s, %(v)s, %(at)s)"
-    " ON CONFLICT (tenant, caller_id, kind) DO UPDATE SET value = excluded.value,"
-    " updated_at = excluded.updated_at",
+    "add fact": "INSERT INTO {s}.facts (tenant, caller_id, kind, value, updated_at, learned_at)"
+    " VALUES (%(t)s, %(c)s, %(kind)s, %(v)s, %(at)s, %(learned)s)",
+    "retire fact": "UPDATE {s}.facts SET replaced_at = %(at)s WHERE tenant = %(t)s"
+    " AND caller_id = %(c)s AND kind = %(kind)s AND value = %(v)s AND replaced_at IS NULL",
+    "confirm fact": "UPDATE {s}.facts SET updated_at = %(at)s WHERE tenant = %(t)s"
+    " AND caller_id = %(c)s AND kind = %(kind)s AND value = %(v)s AND replaced_at IS NULL",
+    "forget values": "DELETE FROM {s}.facts WHERE tenant = %(t)s AND caller_id = %(c)s"
+    " AND kind = %(kind)s AND value = ANY(%(vs)s)",
     "summary": "INSERT INTO {s}.summaries VALUES (%(t)s, %(c)s, %(call)s, %(v)s, %(at)s)"
     " ON CONFLICT (tenant, caller_id, call_id) DO UPDATE SET text = excluded.text",
     "callers": "SELECT caller_id FROM {s}.exchanges WHERE tenant = %(t)s"
@@ -280,10 +305,26 @@ class PostgresStore:
         }
         await self._write(e.caller_id, [(self._sql["save"], args)], "a save")
 
-    async def remember(self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT) -> Fact:
-        args = {"kind": fact.kind, "v": fact.value, "at": fact.updated_at}
-        await self._write(caller_id, [(self._sql["remember"], args)], "a fact", timeout)
-        return fact
+    async def remember(
+        self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT
+    ) -> Remembered:
+        async def reconciled(conn: psycopg.AsyncConnection, scope: dict) -> Remembered:
+            # read and write in one transaction, under the caller's lock
+            await conn.execute(self._sql["lock caller"], scope)
+            found = await conn.execute(self._sql["kind"], {**scope, "kind": fact.kind})
+            held = [f for f in (Fact(*r) for r in await found.fetchall()) if f.replaced_at is None]
+            change = reconcile(held, fact)
+            writes = [("retire fact", f, fact.updated_at) for f in change.retire]
+            if change.confirm is not None:
+                writes.append(("confirm fact", change.confirm, change.confirm.updated_at))
+            if change.add is not None:
+                writes.append(("add fact", change.add, change.add.updated_at))
+            for sql, f, at in writes:
+                args = {"kind": f.kind, "v": f.value, "at": at, "learned": f.learned_at}
+                await conn.execute(self._sql[sql], {**scope, **args})
+            return change.remembered
+
+        return await self._write(caller_id, reconciled, "a fact", timeout)
 
     async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
         args = {"call": call_id, "v": text, "at": time.time()}
@@ -294,9 +335,23 @@ class PostgresStore:
         caller_id: str,
         *,
         kind: str | None = None,
+        value: str | None = None,
         call_id: str | None = None,
         timeout: float = WRITE_TIMEOUT,
     ) -> int:
+        if kind is not None and value is not None:
+
+            async def matching(conn: psycopg.AsyncConnection, scope: dict) -> int:
+                await conn.execute(self._sql["lock caller"], scope)
+                found = await conn.execute(self._sql["kind"], {**scope, "kind": kind})
+                facts = [Fact(*r) for r in await found.fetchall()]
+                values = sorted({f.value for f in matching_facts(facts, kind, value)})
+                gone = await conn.execute(
+                    self._sql["forget values"], {**scope, "kind": kind, "vs": values}
+                )
+                return gone.rowcount
+
+            return await self._write(caller_id, matching, "forgetting", timeout)
         # Deleting a row deletes its index entries (the search index's included).
         if kind is not None:
             tables, only = ["facts"], " AND kind = %(kind)s"
@@ -347,6 +402,9 @@ class PostgresStore:
 
         return await self._read(work)
 
+    async def history(self, caller_id: str) -> list[Fact]:
+        return [Fact(*r) for r in await self._fetch(self._sql["history"], {"c": caller_id})]
+
     async def exchanges(self, caller_id: str, *, call_id: str | None = None) -> list[Exchange]:
         args = {"c": caller_id, "call": call_id}
         return [_exchange(r) for r in await self._fetch(self._sql["exchanges"], args)]
@@ -392,14 +450,17 @@ class PostgresStore:
     async def _write(
         self,
         caller_id: str,
-        statements: list[tuple[str, dict]],
+        statements: list[tuple[str, dict]]
+        | Callable[[psycopg.AsyncConnection, dict], Awaitable[Any]],
         what: str,
         timeout: float | None = None,
-    ) -> int:
+    ) -> Any:
         """Run ``statements`` ((sql, arguments) pairs) after the caller's earlier writes;
-        returns the rows changed. With ``timeout``: in one transaction, applied within
-        that many seconds or not at all (the server stops its statements at the
-        deadline; COMMIT is sent only while time is left). Without: each statement on
+        returns the rows changed. ``statements`` may instead be a coroutine function
+        (connection, {"t": tenant, "c": caller id}) whose result is returned, for a
+        write that reads first; it needs ``timeout``. With ``timeout``: in one
+        transaction, applied within that many seconds or not at all (the server stops
+        its statements at the deadline; COMMIT is sent only while time is left). Without: each statement on
         its own, within SAVE_TIMEOUT (a save can be repeated, so a lost answer is no
         harm), in one round trip."""
         loop = asyncio.get_running_loop()
@@ -412,17 +473,20 @@ class PostgresStore:
         except TimeoutError:
             raise StoreUnavailable(f"{what} waited {bound:g} s for earlier writes") from None
 
-        async def run(conn: psycopg.AsyncConnection) -> int:
+        async def run(conn: psycopg.AsyncConnection) -> Any:
             scope = {"t": self.target.tenant, "c": caller_id}
             if timeout is None:
+                assert not callable(statements)
                 return sum(
                     [(await conn.execute(sql, {**scope, **a})).rowcount for sql, a in statements]
                 )
-            changed = 0
+            changed: Any = 0
             async with conn.transaction():
                 ms = max(1, int((deadline - loop.time()) * 1000))
                 await conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(ms)])
-                for sql, args in statements:
+                if callable(statements):
+                    changed = await statements(conn, scope)
+                for sql, args in [] if callable(statements) else statements:
                     changed += (await conn.execute(sql, {**scope, **args})).rowcount
                 if loop.time() > deadline - COMMIT_MARGIN:
                     raise StoreUnavailable(f"{what} ran out of time; nothing was written")

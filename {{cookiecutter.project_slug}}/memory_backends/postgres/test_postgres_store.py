@@ -124,7 +124,7 @@ def test_the_schema_is_made_only_by_the_upgrade_command_and_status_says_what_to_
             )
         assert command("upgrade", "--url", url) == (
             0,
-            f"{postgres_store.Target(url).where}: version 0 -> 1\n",
+            f"{postgres_store.Target(url).where}: version 0 -> {postgres_store.SCHEMA_VERSION}\n",
         )
         assert command("status", "--url", url)[1].endswith(": up to date\n")
         assert "nothing to do" in command("upgrade", "--url", url)[1]
@@ -135,7 +135,8 @@ def test_upgrades_started_together_apply_the_migrations_once():
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(4) as pool:
             results = pool.map(postgres_store.upgrade, [url] * 4)
-        assert sorted(results) == [(0, 1), (1, 1), (1, 1), (1, 1)]
+        now = postgres_store.SCHEMA_VERSION
+        assert sorted(results) == [(0, now), (now, now), (now, now), (now, now)]
 
 
 def test_migrations_are_applied_in_order_from_an_older_schema(monkeypatch, store_url):
@@ -143,13 +144,39 @@ def test_migrations_are_applied_in_order_from_an_older_schema(monkeypatch, store
     asyncio.run(store.remember(ALICE, memory.Fact.of("name", "Alice")))
     later = "ALTER TABLE {s}.facts ADD COLUMN source text;"
     monkeypatch.setattr(postgres_store, "MIGRATIONS", [*postgres_store.MIGRATIONS, later])
-    monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", 2)
-    assert postgres_store.upgrade_sql(schema_of(store_url), 1).endswith("version = 2;")
-    assert postgres_store.upgrade(store_url) == (1, 2)
+    now = len(postgres_store.MIGRATIONS)
+    monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", now)
+    assert postgres_store.upgrade_sql(schema_of(store_url), now - 1).endswith(f"version = {now};")
+    assert postgres_store.upgrade(store_url) == (now - 1, now)
     with admin() as conn:
         s = schema_of(store_url)
-        assert conn.execute(f"SELECT version FROM {s}.schema_version").fetchone() == (2,)
+        assert conn.execute(f"SELECT version FROM {s}.schema_version").fetchone() == (now,)
         assert conn.execute(f"SELECT value, source FROM {s}.facts").fetchall() == [("Alice", None)]
+
+
+def test_facts_from_version_1_keep_their_value_and_are_dated_by_their_last_update(monkeypatch):
+    with own_schema(upgraded=False) as url:
+        monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", 1)
+        assert postgres_store.upgrade(url) == (0, 1)
+        s = schema_of(url)
+        with admin() as conn:
+            conn.execute(
+                f"INSERT INTO {s}.facts VALUES ('default', %s, 'name', 'Al', 1000)", [ALICE]
+            )
+            conn.commit()
+        monkeypatch.undo()
+        assert postgres_store.upgrade(url) == (1, postgres_store.SCHEMA_VERSION)
+
+        async def check() -> None:
+            store = memory.open_store(url)
+            (fact,) = (await store.profile(ALICE)).facts
+            assert (fact.value, fact.learned_at, fact.updated_at) == ("Al", 1000.0, 1000.0)
+            assert (
+                await store.remember(ALICE, memory.Fact.of("name", "Alice"))
+            ).outcome == "replaced"
+            await store.close()
+
+        asyncio.run(check())
 
 
 async def test_a_worker_without_the_schema_says_so_once_and_calls_go_on_without_memory(
@@ -182,7 +209,7 @@ async def test_a_schema_at_another_version_is_named_with_what_to_do(caplog, stor
     (said,) = store_log(caplog)
     assert (
         "version 99" in said
-        and "newer than this code's 1" in said
+        and f"newer than this code's {postgres_store.SCHEMA_VERSION}" in said
         and "deploy the newer agent" in said
     )
     with pytest.raises(memory.SchemaMismatch):
@@ -350,9 +377,9 @@ async def test_forget_erases_rows_and_index_entries_and_vacuum_erases_the_bytes(
 
 async def test_a_fact_reported_as_failed_is_never_written_later(store, store_url):
     s = schema_of(store_url)
-    with admin() as blocker:  # another worker's uncommitted write of the same fact
+    with admin() as blocker:  # e.g. an operator's long transaction holding the table
         blocker.execute("BEGIN")
-        blocker.execute(f"INSERT INTO {s}.facts VALUES ('default', %s, 'name', 'Al', 0)", [ALICE])
+        blocker.execute(f"LOCK TABLE {s}.facts IN SHARE MODE")
         started = time.monotonic()
         with pytest.raises((memory.StoreUnavailable, psycopg.errors.QueryCanceled)):
             await store.remember(ALICE, memory.Fact.of("name", "Alice"), timeout=0.3)
@@ -470,7 +497,8 @@ def test_several_worker_processes_taking_many_calls_at_once_lose_and_double_noth
             f"SELECT count(*) FROM {s}.exchanges"
             " WHERE assistant_text = 'reply ' || (created_at - 1000)::int"
         ).fetchone() == (workers * calls * turns,)
-        assert conn.execute(f"SELECT count(*) FROM {s}.facts").fetchone() == (calls,)
+        current = f"SELECT count(*) FROM {s}.facts WHERE replaced_at IS NULL"
+        assert conn.execute(current).fetchone() == (calls,)
         assert conn.execute(f"SELECT count(*) FROM {s}.summaries").fetchone() == (workers * calls,)
 
 

@@ -36,9 +36,12 @@ from memory import (
     Fact,
     InvalidStoreUrl,
     Recall,
+    Remembered,
     SchemaMismatch,
     StoreUnavailable,
     Summary,
+    matching_facts,
+    reconcile,
 )
 
 T = TypeVar("T")
@@ -149,6 +152,23 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 2: search by each caller's own words (see caller_prefix) and by character pairs
     # for Chinese, Japanese, Korean and Thai (see memory.search_words).
     lambda conn: _index_words_per_caller(conn),
+    # 3: facts keep dates and history, and a kind may hold several values
+    # (memory.reconcile decides which), so (caller_id, kind) is no longer unique.
+    """
+    CREATE TABLE facts_v2 (
+        caller_id   TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        value       TEXT NOT NULL,
+        learned_at  REAL NOT NULL,
+        updated_at  REAL NOT NULL,
+        replaced_at REAL            -- NULL: a current value; else history
+    );
+    INSERT INTO facts_v2 (caller_id, kind, value, learned_at, updated_at)
+        SELECT caller_id, kind, value, updated_at, updated_at FROM facts;
+    DROP TABLE facts;
+    ALTER TABLE facts_v2 RENAME TO facts;
+    CREATE INDEX facts_by_caller ON facts (caller_id, kind);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = {"exchanges", "exchanges_fts", "facts", "summaries"}
@@ -302,9 +322,10 @@ class SQLiteStore:
     async def save(self, exchange: Exchange) -> None:
         await self._write(_save, exchange)
 
-    async def remember(self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT) -> Fact:
-        await self._write(_remember, caller_id, fact, timeout=timeout)
-        return fact
+    async def remember(
+        self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT
+    ) -> Remembered:
+        return await self._write(_remember, caller_id, fact, timeout=timeout)
 
     async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
         await self._write(_save_summary, caller_id, call_id, text, time.time())
@@ -314,10 +335,11 @@ class SQLiteStore:
         caller_id: str,
         *,
         kind: str | None = None,
+        value: str | None = None,
         call_id: str | None = None,
         timeout: float = WRITE_TIMEOUT,
     ) -> int:
-        return await self._write(_forget, caller_id, kind, call_id, timeout=timeout)
+        return await self._write(_forget, caller_id, kind, value, call_id, timeout=timeout)
 
     # -- reads --
 
@@ -339,10 +361,10 @@ class SQLiteStore:
     ) -> Recall:
         conn = self._conn()
         facts = tuple(
-            Fact(r["kind"], r["value"], r["updated_at"])
+            _row_to_fact(r)
             for r in conn.execute(
-                "SELECT kind, value, updated_at FROM facts WHERE caller_id = ? "
-                "ORDER BY updated_at DESC",
+                f"SELECT {FACT} FROM facts WHERE caller_id = ? AND replaced_at IS NULL "
+                "ORDER BY updated_at DESC, rowid DESC",
                 (caller_id,),
             )
         )
@@ -357,6 +379,17 @@ class SQLiteStore:
         match = fts_query(query, caller_id) if limit else None
         exchanges = _search(conn, caller_id, match, exclude_call_id, limit) if match else ()
         return Recall(facts, summaries, exchanges)
+
+    async def history(self, caller_id: str) -> list[Fact]:
+        return await self._read(self._history, caller_id)
+
+    def _history(self, caller_id: str) -> list[Fact]:
+        rows = self._conn().execute(
+            f"SELECT {FACT} FROM facts WHERE caller_id = ? AND replaced_at IS NOT NULL "
+            "ORDER BY replaced_at DESC, rowid DESC",
+            (caller_id,),
+        )
+        return [_row_to_fact(r) for r in rows]
 
     async def exchanges(self, caller_id: str, *, call_id: str | None = None) -> list[Exchange]:
         return await self._read(self._exchanges, caller_id, call_id)
@@ -493,13 +526,42 @@ def _save(conn: sqlite3.Connection, e: Exchange) -> None:
     )
 
 
-def _remember(conn: sqlite3.Connection, caller_id: str, f: Fact) -> None:
-    conn.execute(
-        """INSERT INTO facts (caller_id, kind, value, updated_at) VALUES (?, ?, ?, ?)
-           ON CONFLICT (caller_id, kind) DO UPDATE SET
-               value = excluded.value, updated_at = excluded.updated_at""",
-        (caller_id, f.kind, f.value, f.updated_at),
-    )
+def _remember(conn: sqlite3.Connection, caller_id: str, f: Fact) -> Remembered:
+    # Read and write in one transaction: BEGIN IMMEDIATE holds the write lock, so
+    # another process cannot add a value between the read and the write.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        held = {
+            r["rowid"]: _row_to_fact(r)
+            for r in conn.execute(
+                f"SELECT rowid, {FACT} FROM facts "
+                "WHERE caller_id = ? AND kind = ? AND replaced_at IS NULL",
+                (caller_id, f.kind),
+            )
+        }
+        change = reconcile(list(held.values()), f)
+        rowid = {fact: n for n, fact in held.items()}
+        for old in change.retire:
+            conn.execute(
+                "UPDATE facts SET replaced_at = ? WHERE rowid = ?", (f.updated_at, rowid[old])
+            )
+        if change.confirm is not None:
+            same = next(n for n, h in held.items() if h.value == change.confirm.value)
+            conn.execute(
+                "UPDATE facts SET updated_at = ? WHERE rowid = ?", (change.confirm.updated_at, same)
+            )
+        if change.add is not None:
+            a = change.add
+            conn.execute(
+                "INSERT INTO facts (caller_id, kind, value, learned_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (caller_id, a.kind, a.value, a.learned_at, a.updated_at),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return change.remembered
 
 
 def _save_summary(
@@ -512,19 +574,36 @@ def _save_summary(
     )
 
 
-def _forget(conn: sqlite3.Connection, caller_id: str, kind: str | None, call_id: str | None) -> int:
-    if kind is not None:
-        deletes: list[tuple[str, str, str | None]] = [("facts", "kind = ?", kind)]
-    elif call_id is not None:
-        deletes = [("summaries", "call_id = ?", call_id), ("exchanges", "call_id = ?", call_id)]
-    else:
-        deletes = [("facts", "1", None), ("summaries", "1", None), ("exchanges", "1", None)]
+def _forget(
+    conn: sqlite3.Connection,
+    caller_id: str,
+    kind: str | None,
+    value: str | None,
+    call_id: str | None,
+) -> int:
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if kind is not None:
+            deletes: list[tuple[str, str, tuple[str, ...]]] = [("facts", "kind = ?", (kind,))]
+            if value is not None:  # the matching values only (memory.matching_facts)
+                rows = conn.execute(
+                    f"SELECT {FACT} FROM facts WHERE caller_id = ? AND kind = ?", (caller_id, kind)
+                )
+                found = matching_facts([_row_to_fact(r) for r in rows], kind, value)
+                deletes = [
+                    ("facts", "kind = ? AND value = ?", (kind, v)) for v in {f.value for f in found}
+                ]
+        elif call_id is not None:
+            deletes = [
+                ("summaries", "call_id = ?", (call_id,)),
+                ("exchanges", "call_id = ?", (call_id,)),
+            ]
+        else:
+            deletes = [("facts", "1", ()), ("summaries", "1", ()), ("exchanges", "1", ())]
         n = 0
-        for table, where, value in deletes:
-            args = (caller_id,) if value is None else (caller_id, value)
-            n += conn.execute(f"DELETE FROM {table} WHERE caller_id = ? AND {where}", args).rowcount
+        for table, where, args in deletes:
+            sql = f"DELETE FROM {table} WHERE caller_id = ? AND {where}"
+            n += conn.execute(sql, (caller_id, *args)).rowcount
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -541,6 +620,13 @@ def caller_key(caller_id: str) -> str:
     """One FTS token per caller: 'k' + 20 hex digits of the id's SHA-256 (a caller
     id's '@', '+' and '.' would otherwise split it into several tokens)."""
     return "k" + hashlib.sha256(caller_id.encode()).hexdigest()[:20]
+
+
+FACT = "kind, value, updated_at, learned_at, replaced_at"
+
+
+def _row_to_fact(r: sqlite3.Row) -> Fact:
+    return Fact(r["kind"], r["value"], r["updated_at"], r["learned_at"], r["replaced_at"])
 
 
 def _row_to_exchange(r: sqlite3.Row) -> Exchange:

@@ -174,14 +174,19 @@ def test_migrations_are_applied_in_order_from_an_older_file(db_path, store_url, 
     conn = sqlite3.connect(db_path)
     for statement in sqlite_store._split_sql(str(sqlite_store.MIGRATIONS[0])):
         conn.execute(statement)
-    conn.execute("INSERT INTO facts VALUES ('a', 'name', 'Alice', 0)")
+    conn.execute("INSERT INTO facts VALUES ('a', 'name', 'Alice', 1000.0)")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
     store = memory.open_store(store_url)
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == len(sqlite_store.MIGRATIONS)
-    assert conn.execute("SELECT value FROM facts").fetchone()[0] == "Alice"
+    # a fact from before dates were kept was learned when it was last updated
+    assert conn.execute("SELECT value, learned_at, replaced_at FROM facts").fetchone() == (
+        "Alice",
+        1000.0,
+        None,
+    )
     conn.execute("SELECT x FROM notes")
     conn.close()
     asyncio.run(store.close())
@@ -244,7 +249,10 @@ def test_several_worker_processes_writing_one_file_lose_nothing(db_path, store_u
     assert [p.exitcode for p in processes] == [0] * workers
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT count(*) FROM exchanges").fetchone()[0] == workers * count
-    assert conn.execute("SELECT count(*) FROM facts").fetchone()[0] == 3 * workers
+    # one current value per caller and kind, every earlier one kept as history
+    current = "SELECT count(*) FROM facts WHERE replaced_at IS NULL"
+    assert conn.execute(current).fetchone()[0] == 3 * workers
+    assert conn.execute("SELECT count(*) FROM facts").fetchone()[0] == workers * count
     conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
     conn.close()
 

@@ -79,4 +79,8 @@ async def test_a_new_value_of_a_fact_replaces_its_episode_at_zep(store, fake):
     await store.flush(1.0)
     await store.remember(ALICE, memory.Fact.of("home city", "Porto", 2.0))
     await store.flush(1.0)
-    assert [e["content"] for e in fake.episodes.values()] == ["home city: Porto"]
+    # the old value's episode is gone; it is kept as history, marked as no longer current
+    assert sorted(e["content"] for e in fake.episodes.values()) == [
+        "home city (no longer current): Lisbon",
+        "home city: Porto",
+    ]
