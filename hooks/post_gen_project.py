@@ -72,6 +72,9 @@ DEFAULT_TESTS_NOT_FOR = {
     # the call id is the room's, so a second worker can continue the call
     "resume": ["test_entrypoint.py"],
 }
+# Fact extraction when a call ends is agent.py's (Assistant.ask_model); a recipe keeps
+# to the facts its remember tool saves.
+DEFAULT_AGENT_ONLY = ["test_extraction.py", "test_live_extraction.py"]
 
 
 def place_recipe(name: str) -> None:
@@ -82,7 +85,7 @@ def place_recipe(name: str) -> None:
     shutil.copyfile(
         KIT_DIR / "recipes" / "tests" / f"test_{name}.py", tests / f"test_recipe_{name}.py"
     )
-    for test_file in DEFAULT_TESTS_NOT_FOR.get(name, []):
+    for test_file in [*DEFAULT_TESTS_NOT_FOR.get(name, []), *DEFAULT_AGENT_ONLY]:
         (tests / test_file).unlink()
 
 

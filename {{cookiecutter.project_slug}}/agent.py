@@ -11,6 +11,7 @@ Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py conso
 
 import json
 import logging
+import os
 from pathlib import Path
 
 from dotenv import load_dotenv
@@ -44,6 +45,9 @@ STT_MODEL = "deepgram/nova-3"
 TTS_MODEL = "cartesia/sonic-3"
 # Where memory is kept: MEMORY_URL in the environment or .env.local (see .env.example);
 # unset or empty means the backend this project was generated with, at its default.
+# After each call the model lists the facts the caller stated (one request per call,
+# see README); MEMORY_EXTRACT_FACTS=off leaves facts to the remember tool alone.
+EXTRACT_FACTS = os.getenv("MEMORY_EXTRACT_FACTS", "on").strip().lower() not in ("off", "0", "false")
 
 INSTRUCTIONS = """\
 You are a friendly voice assistant who remembers the people who call you.
@@ -63,10 +67,21 @@ class Assistant(Agent):
     def __init__(self, call: memory.CallMemory, *, model: llm.LLM | None = None) -> None:
         super().__init__(instructions=INSTRUCTIONS, llm=model or new_llm())
         self.call = call
+        if EXTRACT_FACTS:
+            call.extract_with = self.ask_model  # run when the call ends, bounded there
 
     async def on_enter(self) -> None:
         # llm_node runs for this reply too, so the greeting sees the preloaded profile.
         self.session.generate_reply(instructions="Greet the caller, by name if you know it.")
+
+    async def ask_model(self, instructions: str, text: str) -> str:
+        """One request to this agent's model outside the conversation (the call's fact
+        extraction); returns its text. CallMemory bounds the time it may take."""
+        request = llm.ChatContext()
+        request.add_message(role="system", content=instructions)
+        request.add_message(role="user", content=text)
+        assert isinstance(self.llm, llm.LLM)  # this Assistant is built with a text LLM
+        return (await self.llm.chat(chat_ctx=request).collect()).text
 
     async def on_exit(self) -> None:
         # Runs when the session closes or hands off to another agent: write what is

@@ -787,8 +787,19 @@ def remembered_sentence(done: Remembered, others: Sequence[Fact] = ()) -> str:
 
 
 MONTHS = (
-    "January February March April May June July August September October November December"
-).split()
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 
 
 def since(ts: float) -> str:
@@ -798,7 +809,8 @@ def since(ts: float) -> str:
 
 
 def month(ts: float) -> str:
-    """ "March 2026" for a time in seconds since the epoch (UTC), or "an unknown date"."""
+    """A time in seconds since the epoch as month and year, UTC ("March 2026"), or
+    "an unknown date"."""
     try:
         t = time.gmtime(ts)
     except (OverflowError, OSError, ValueError):
@@ -814,7 +826,11 @@ def fact_label(kind: str) -> str:
 def _fact_line(f: Fact) -> str:
     # When it was learned, and last said if that was in a later month, so the model
     # can tell a fresh fact from a stale one ("since March 2026, said again May 2026").
-    line = f"- {_clip(fact_label(f.kind), MAX_FACT_KIND_CHARS)}: {_clip(f.value, MAX_FACT_VALUE_CHARS)}"
+    kind, value = (
+        _clip(fact_label(f.kind), MAX_FACT_KIND_CHARS),
+        _clip(f.value, MAX_FACT_VALUE_CHARS),
+    )
+    line = f"- {kind}: {value}"
     if f.learned_at > 0:
         learned, again = month(f.learned_at), month(f.updated_at)
         line += f" (since {learned}" + (f", said again {again})" if again != learned else ")")
@@ -842,6 +858,104 @@ def _date(ts: float) -> str:
         return time.strftime("%Y-%m-%d", time.gmtime(ts))
     except (OverflowError, OSError, ValueError):
         return "an unknown date"
+
+
+# -- Fact extraction after the call (plain code, no I/O) -----------------------------
+
+EXTRACT_TIMEOUT = 2.5
+"""Seconds the model may take to answer the extraction request; never more than is
+left of the end-of-call bound (``CallMemory.aclose``'s timeout)."""
+EXTRACT_MAX_CHARS = 6000
+"""Size cap of the transcript sent for extraction (~1,500 tokens): the call's latest
+exchanges that fit, the caller's words clipped to 600 characters, the agent's to 200."""
+EXTRACT_MAX_FACTS = 12
+"""Facts taken from one extraction at most."""
+
+EXTRACT_INSTRUCTIONS = f"""\
+You read the transcript of a phone call and list the lasting facts the caller stated
+about themselves: who they are, where they live, family, pets, health, work, open
+issues they called about. Each exchange is numbered [N].
+Answer with JSON only, no other text:
+{{"facts": [{{"kind": "...", "value": "...", "exchange": N}}]}}
+- kind: one of {", ".join(k.name.replace("_", " ") for k in FACT_KINDS)}, or a few
+  words of your own for anything else.
+- value: the fact in a few of the caller's own words.
+- exchange: the number of the exchange in which the caller said it.
+Only what the caller said in this call: nothing the agent said, nothing guessed,
+nothing passing (moods, what they want right now). No facts: {{"facts": []}}"""
+"""The extraction request's instructions; the transcript follows as the user message."""
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """A fact the model extracted and the exchange of this call it cites."""
+
+    fact: Fact
+    exchange: Exchange
+
+
+def extraction_transcript(exchanges: Sequence[Exchange], first: int = 1) -> tuple[str, list[int]]:
+    """The extraction request's text: the exchanges numbered from ``first`` in call
+    order ("[3] Caller: ... / Agent: ..."), the latest that fit in
+    ``EXTRACT_MAX_CHARS``. Returns (text, the numbers sent)."""
+    lines: list[str] = []
+    numbers: list[int] = []
+    used = 0
+    for n in range(len(exchanges) - 1, -1, -1):
+        e = exchanges[n]
+        line = f"[{first + n}] Caller: {_clip(e.user_text, 600)}"
+        if e.assistant_text:
+            line += f"\nAgent: {_clip(e.assistant_text, 200)}"
+        if used + len(line) + 1 > EXTRACT_MAX_CHARS:
+            break
+        lines.append(line)
+        numbers.append(first + n)
+        used += len(line) + 1
+    return "\n".join(reversed(lines)), sorted(numbers)
+
+
+def parse_extracted(
+    answer: str, exchanges: Sequence[Exchange], numbers: Sequence[int], first: int = 1
+) -> list[Extracted]:
+    """The facts in the model's ``answer`` (``EXTRACT_INSTRUCTIONS``'s JSON, maybe
+    fenced in markdown), at most ``EXTRACT_MAX_FACTS``. A fact is dropped, so the
+    model cannot invent one, when it cites no exchange in ``numbers`` (those sent),
+    when none of its value's words is in the caller's words of the exchange it cites,
+    or when its kind or value is empty or too long (``Fact.of``).
+
+    Raises ValueError when the answer is not a JSON object with a list of facts."""
+    text = answer or ""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError(f"no JSON object in the answer: {_clip(text, 80)!r}")
+    data = json.loads(text[start : end + 1])  # json.JSONDecodeError is a ValueError
+    facts = data.get("facts") if isinstance(data, dict) else None
+    if not isinstance(facts, list):
+        raise ValueError('the answer has no "facts" list')
+    found: list[Extracted] = []
+    for item in facts:
+        if len(found) == EXTRACT_MAX_FACTS:
+            break
+        if not isinstance(item, dict):
+            continue
+        n = item.get("exchange")
+        if isinstance(n, str) and n.strip().isdigit():
+            n = int(n)
+        if not isinstance(n, int) or isinstance(n, bool) or n not in numbers:
+            continue
+        try:
+            fact = Fact.of(str(item.get("kind") or ""), str(item.get("value") or ""))
+        except InvalidFact:
+            continue
+        said = exchanges[n - first]
+        if _words(fact.value, content=True) & _words(said.user_text):
+            found.append(Extracted(fact, said))
+    return found
+
+
+def _words(text: str, *, content: bool = False) -> set[str]:
+    words = set(re.findall(r"\w+", text.casefold()))
+    return {w for w in words if len(w) > 2} or words if content else words
 
 
 # -- Turn/reply pairing (plain code, no I/O) -----------------------------------------
@@ -1130,6 +1244,17 @@ class CallMemory:
         """Writes the call summary from this call's exchanges (e.g. with the session's
         model, see recipes/call_summary.py); None, or a failure, falls back to the
         extractive ``summary()``."""
+        self.extract_with: Callable[[str, str], Awaitable[str]] | None = None
+        """Asks the agent's model one question outside the conversation: (instructions,
+        text) -> its answer. Set (agent.py does), the call's facts are extracted from
+        its exchanges when it ends (``EXTRACT_INSTRUCTIONS``) and remembered; None:
+        only what the ``remember`` tool saves is kept."""
+        self.extract_every = 0
+        """Also extract every this many caller turns during the call, in the background
+        (0: only when the call ends)."""
+        self.extracted: list[Remembered] = []  # what extraction remembered, in order
+        self._extracted_upto = 0  # exchanges (by turn) already sent for extraction
+        self._extracting: asyncio.Task[None] | None = None
         self._forgotten = False  # the caller had this call (or everything) forgotten
         self._closed = False
         self._closing: asyncio.Task[int] | None = None
@@ -1249,6 +1374,8 @@ class CallMemory:
             return
         for exchange in changed:
             self.writer.put(exchange)
+        if role == "user" and self.extract_every > 0:
+            self._extract_in_background()
 
     @property
     def pending(self) -> int:
@@ -1392,8 +1519,12 @@ class CallMemory:
         if unsaved:  # one more round for what failed in the first half
             unsaved = await self.writer.flush(max(0.0, deadline - time.monotonic()))
         self.writer.stop()
+        ending = []
         if self.capturing and self.pairing.turns and not unsaved:
-            await self._save_summary(deadline)
+            ending.append(self._save_summary(deadline))
+        if self.capturing and self.extract_with is not None:
+            ending.append(self._extract_rest(deadline))
+        await asyncio.gather(*ending)
         if unsaved:
             logger.error(
                 "memory: %d exchange(s) of caller %s not saved before the call closed "
@@ -1427,6 +1558,63 @@ class CallMemory:
             )
         except Exception as exc:
             self._warn_once("summary", "could not save the call summary: %r", exc)
+
+    # -- fact extraction --
+
+    def _extract_in_background(self) -> None:
+        # Every extract_every caller turns: the finished exchanges before the newest
+        # turn (its reply is still to come), off the reply's path.
+        done = len(self.pairing.turns) - 1
+        busy = self._extracting is not None and not self._extracting.done()
+        if self.extract_with is None or busy or done - self._extracted_upto < self.extract_every:
+            return
+        self._extracting = asyncio.create_task(
+            self._extract_upto(done, time.monotonic() + EXTRACT_TIMEOUT + WRITE_TIMEOUT),
+            name="memory-extract",
+        )
+
+    async def _extract_rest(self, deadline: float) -> None:
+        if self._extracting is not None and not self._extracting.done():
+            with contextlib.suppress(Exception, TimeoutError):
+                left = max(0.0, deadline - time.monotonic())
+                await asyncio.wait_for(asyncio.shield(self._extracting), left)
+        await self._extract_upto(len(self.pairing.turns), deadline)
+
+    async def _extract_upto(self, end: int, deadline: float) -> None:
+        """Extract the facts of exchanges ``_extracted_upto`` to ``end`` (by turn) and
+        remember them, all by ``deadline`` (time.monotonic()); never raises."""
+        first, exchanges = (
+            self._extracted_upto,
+            self.pairing.exchanges()[self._extracted_upto : end],
+        )
+        self._extracted_upto = max(self._extracted_upto, end)
+        if not exchanges or self.extract_with is None:
+            return
+        text, numbers = extraction_transcript(exchanges, first + 1)
+        try:
+            left = min(EXTRACT_TIMEOUT, deadline - time.monotonic())
+            answer = await asyncio.wait_for(self.extract_with(EXTRACT_INSTRUCTIONS, text), left)
+            found = parse_extracted(answer, exchanges, numbers, first + 1)
+        except TimeoutError:
+            self._warn_once("extract", "fact extraction took too long; no facts taken")
+            return
+        except Exception as exc:
+            self._warn_once("extract", "fact extraction failed; no facts taken: %r", exc)
+            return
+        for got in found:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.capturing:
+                return
+            try:
+                done = await self.store.remember(
+                    self.caller_id,  # type: ignore[arg-type]
+                    got.fact,
+                    timeout=min(WRITE_TIMEOUT, left),
+                )
+            except Exception as exc:
+                self._warn_once("extract-save", "could not save an extracted fact: %r", exc)
+                continue
+            self.extracted.append(done)
 
     def _warn_once(self, kind: str, message: str, *args: Any) -> None:
         if kind not in self._warned:

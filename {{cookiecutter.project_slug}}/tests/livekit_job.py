@@ -40,19 +40,22 @@ def run_job(
     sip_number: str | None = None,
     metadata: dict[str, Any] | None = None,
     script: list[Any] | None = None,
+    extract: list[Any] | None = None,
     model: str = "tests.scripted_llm:ScriptedLLM",
     timeout: float = 90,
 ) -> dict[str, Any]:
     """One call through the real entrypoint, as a new job (its own job id, the call id
     of most agents). ``identity`` (and ``sip_number``, which makes the caller a SIP
     participant) is who joins the mock room; ``metadata`` is the dispatch's job
-    metadata; ``script`` the scripted model's replies (texts, or {"tool": name,
-    "arguments": {...}}); ``model`` the "module:class" that stands in for the provider
-    (given the script), e.g. a scripted realtime model.
+    metadata; ``script`` the scripted model's replies (texts, {"tool": name,
+    "arguments": {...}}, or {"slow": seconds, "text": str}); ``extract`` its answers
+    to the end-of-call fact extraction (the same forms); ``model`` the "module:class"
+    that stands in for the provider (given the script), e.g. a scripted realtime model.
 
     Returns {"job_id": str, "requests": [[[role, text], ...], ...] (every request the
     stand-in received; a tool's answer appears as ["tool", output]), "history":
     [[role, text], ...], "instructions": [str, ...] (a realtime stand-in's),
+    "extractions": [[[role, text], ...], ...] (the fact-extraction requests),
     "returncode": int, "log": str}."""
     spec = {
         "job_id": f"job-{uuid.uuid4().hex[:12]}",  # a new call each time, as in production
@@ -62,6 +65,7 @@ def run_job(
         "sip_number": sip_number,
         "metadata": json.dumps(metadata) if metadata is not None else "",
         "script": script or [],
+        "extract": extract,
         "model": model,
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEKIT_")}
@@ -105,18 +109,24 @@ def _child(spec: dict[str, Any]) -> int:
     from livekit.protocol import models
 
     import agent
-    from tests.scripted_llm import ToolCall
+    from tests.scripted_llm import Slow, ToolCall
 
-    script = [
-        ToolCall(r["tool"], r.get("arguments", {})) if isinstance(r, dict) else r
-        for r in spec["script"]
-    ]
+    def reply(r: Any) -> Any:
+        if isinstance(r, dict) and "slow" in r:
+            return Slow(r["slow"], r.get("text", ""))
+        return ToolCall(r["tool"], r.get("arguments", {})) if isinstance(r, dict) else r
+
+    script = [reply(r) for r in spec["script"]]
+    # only given when set, so a stand-in without fact extraction (realtime) still fits
+    extract = (
+        {} if spec.get("extract") is None else {"extract": [reply(r) for r in spec["extract"]]}
+    )
     module, name = spec["model"].split(":")
     stand_in = getattr(importlib.import_module(module), name)
     models_made: list[Any] = []
 
     def scripted_llm() -> Any:
-        model = stand_in(list(script))
+        model = stand_in(list(script), **extract)
         models_made.append(model)
         return model
 
@@ -215,6 +225,11 @@ def _child(spec: dict[str, Any]) -> int:
             for r in getattr(m, "requests", [])
         ],
         "history": history,
+        "extractions": [
+            [_said(i) for i in r.items if i.type == "message"]
+            for m in models_made
+            for r in getattr(m, "extractions", [])
+        ],
         # what a realtime stand-in was told (it gets instructions, not requests)
         "instructions": [i for m in models_made for i in getattr(m, "instructions", [])],
         "seconds": time.monotonic() - started,

@@ -17,6 +17,8 @@ from livekit.agents import llm
 from livekit.agents.llm import ChatChunk, ChoiceDelta, FunctionToolCall
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
 
+import memory
+
 
 @dataclass
 class ToolCall:
@@ -49,16 +51,25 @@ class ScriptedLLM(llm.LLM):
     ``script`` is a list of replies (used in order; "OK." once it runs out) or a
     function from the chat context to a reply. ``chunk_delay`` (seconds) streams a
     text reply word by word with that pause, so a test can interrupt it midway.
-    ``requests`` holds a copy of every chat context received, in order.
+    ``requests`` holds a copy of every chat context received, in order, except the
+    fact-extraction requests made when a call ends (those that start with
+    memory.EXTRACT_INSTRUCTIONS): ``extractions`` holds those, and ``extract`` (a list
+    of replies, used in order) answers them; '{"facts": []}' once it runs out.
     """
 
     def __init__(
-        self, script: list[Reply] | Script | None = None, *, chunk_delay: float = 0.0
+        self,
+        script: list[Reply] | Script | None = None,
+        *,
+        chunk_delay: float = 0.0,
+        extract: list[Reply] | None = None,
     ) -> None:
         super().__init__()
         self._script = script if callable(script) else list(script or [])
+        self._extract = list(extract or [])
         self.chunk_delay = chunk_delay
         self.requests: list[llm.ChatContext] = []
+        self.extractions: list[llm.ChatContext] = []
 
     @property
     def replies(self) -> list[llm.ChatContext]:
@@ -75,6 +86,18 @@ class ScriptedLLM(llm.LLM):
         conn_options=DEFAULT_API_CONNECT_OPTIONS,
         **_: Any,
     ) -> llm.LLMStream:
+        first = chat_ctx.items[0] if chat_ctx.items else None
+        if (
+            first is not None
+            and first.type == "message"
+            and first.role == "system"
+            and (first.text_content == memory.EXTRACT_INSTRUCTIONS)
+        ):
+            self.extractions.append(chat_ctx.copy())
+            answer: Reply = self._extract.pop(0) if self._extract else '{"facts": []}'
+            return _ScriptedStream(
+                self, answer, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options
+            )
         self.requests.append(chat_ctx.copy())
         if callable(self._script):
             reply = self._script(chat_ctx)

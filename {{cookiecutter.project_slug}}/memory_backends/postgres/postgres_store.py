@@ -460,9 +460,9 @@ class PostgresStore:
         (connection, {"t": tenant, "c": caller id}) whose result is returned, for a
         write that reads first; it needs ``timeout``. With ``timeout``: in one
         transaction, applied within that many seconds or not at all (the server stops
-        its statements at the deadline; COMMIT is sent only while time is left). Without: each statement on
-        its own, within SAVE_TIMEOUT (a save can be repeated, so a lost answer is no
-        harm), in one round trip."""
+        its statements at the deadline; COMMIT is sent only while time is left).
+        Without: each statement on its own, within SAVE_TIMEOUT (a save can be
+        repeated, so a lost answer is no harm), in one round trip."""
         loop = asyncio.get_running_loop()
         bound = SAVE_TIMEOUT if timeout is None else timeout
         deadline = loop.time() + bound
