@@ -250,6 +250,30 @@ def test_facts_in_the_block_say_since_when_in_the_callers_terms():
     assert "- pet: a cat called Miso" in lines
 
 
+def test_extracted_facts_come_from_fenced_json_and_must_cite_what_the_caller_said():
+    said = [exchange(1, text="I live in Porto."), exchange(2, text="And I have a cat.")]
+    answer = (
+        '```json\n{"facts": [{"kind": "city", "value": "Porto", "exchange": "1"}, '
+        '{"kind": "pet", "value": "Rex", "exchange": 2}, "junk", '
+        '{"kind": "pet", "value": "a cat", "exchange": 3}]}\n```'
+    )
+    found = memory.parse_extracted(answer, said, [1, 2])
+    assert [(e.fact.kind, e.fact.value, e.exchange.key) for e in found] == [
+        ("home_city", "Porto", said[0].key)
+    ]
+    for malformed in ("Sure, here you go.", '{"facts": "none"}', "[1, 2]", "{oops}"):
+        with pytest.raises(ValueError):
+            memory.parse_extracted(malformed, said, [1, 2])
+
+
+def test_the_extraction_transcript_keeps_the_latest_exchanges_within_the_size_cap():
+    said = [exchange(n, text=f"turn {n} " + "words " * 150) for n in range(40)]
+    text, numbers = memory.extraction_transcript(said)
+    assert len(text) <= memory.EXTRACT_MAX_CHARS
+    assert numbers == list(range(41 - len(numbers), 41)) and len(numbers) > 3
+    assert text.startswith(f"[{numbers[0]}] Caller: turn {numbers[0] - 1} ")
+
+
 def test_aliases_name_one_kind_and_the_vocabulary_says_which_take_many():
     assert {memory.normalise_fact(k, "x")[0] for k in ("city", "Home City", "where I live")} == {
         "home_city"
