@@ -19,8 +19,9 @@ to the Agent as `self.call`, its preload, `start_capture(session, call)`) and
 `Assistant` (tests/test_recipes.py does exactly that), or copy the
 `note_style` tool and its instruction lines into your own Agent.
 
-Run: `uv run -m livekit.agents download-files` once, then `uv run agent.py console`
-(or `dev`, `start`).
+Run: `uv run -m livekit.agents download-files` once, then `lk agent console` (or
+`lk agent dev`; `uv run agent.py start` in production); a worker joins only rooms
+that dispatch it by name (README.md, "Quick start").
 """
 
 import json
@@ -37,12 +38,14 @@ from livekit.agents import (
     JobContext,
     JobProcess,
     RunContext,
+    SpeechCreatedEvent,
     cli,
     function_tool,
     inference,
     llm,
     room_io,
 )
+from livekit.agents.voice.agent_activity import _SpeechHandleContextVar as _SPEECH
 from livekit.plugins import silero
 
 import memory
@@ -173,7 +176,29 @@ async def build_agent(
 def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
     """Capture: hand each user or assistant message to the call's memory, which pairs
     them into exchanges and saves them in the background. Tool calls never come
-    through this event; agent handoff items do and are skipped."""
+    through this event; agent handoff items do and are skipped.
+
+    Each message goes with the id of the LiveKit speech that added it (one reply,
+    every step of its tool loop included, which adds the user message it answers
+    before its own text), so a reply pairs with the turn it answers whatever order
+    the items come in: a greeting still being said when the first turn arrives is
+    nobody's answer.
+
+    Items the app adds itself with `agent.update_chat_ctx(...)` raise no
+    `conversation_item_added` and are not remembered; to remember one, hand it over
+    too: `call.capture(msg.role, msg.id, msg.text_content, created_at=msg.created_at)`
+    (a `generate_reply()` that follows then pairs with it). Either way they never
+    shift the pairing of the turns LiveKit adds."""
+
+    @session.on("speech_created")
+    def _on_speech(ev: SpeechCreatedEvent) -> None:
+        # made by another reply's work (a tool, a handoff's greeting): it answers the
+        # same turn; a model reply runs llm_node, which must ask memory (self-check)
+        call.speech_created(
+            ev.speech_handle.id,
+            within=current_speech_id(),
+            asks_memory=ev.source == "generate_reply",
+        )
 
     @session.on("conversation_item_added")
     def _on_item(ev: ConversationItemAddedEvent) -> None:
@@ -187,7 +212,19 @@ def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
                 item.text_content,
                 interrupted=item.interrupted,
                 created_at=item.created_at,
+                speech_id=current_speech_id(),
             )
+
+
+def current_speech_id() -> str | None:
+    """The id of the LiveKit speech whose task is running now (None outside one).
+
+    LiveKit runs each reply's work (adding its user message, its text, its tool loop)
+    in tasks that carry the SpeechHandle in a context variable, the one it reads
+    itself to tie tools and tasks to their speech (livekit-agents 1.8.9,
+    voice/agent_activity.py `_create_speech_task`); no public accessor exists yet."""
+    handle = _SPEECH.get(None)
+    return handle.id if handle is not None else None
 
 
 def dispatch_metadata(job_metadata: str) -> dict:

@@ -967,6 +967,7 @@ class _Reply:
     item_id: str
     text: str
     interrupted: bool
+    speech_id: str | None = None
 
 
 @dataclass
@@ -977,6 +978,7 @@ class _Turn:
     at: float
     user_text: str
     replies: list[_Reply] = field(default_factory=list)
+    speech_id: str | None = None  # the reply (speech) that added this message, if any
 
     def exchange(self, caller_id: str, call_id: str) -> Exchange:
         replies = sorted(self.replies, key=lambda r: r.at)
@@ -996,20 +998,29 @@ class TurnPairing:
     """Pairs a call's messages into exchanges: which reply answers which user turn.
 
     Plain code (no store, no tasks): ``add`` takes one message and returns the
-    exchanges it changed, to be saved. Messages are paired by their own times
-    (``created_at``), not by the order they arrive in, so the caller's words are
-    never dropped nor paired with a reply they did not prompt:
+    exchanges it changed, to be saved. The caller's words are never dropped nor
+    paired with a reply they did not prompt:
     - an item id seen before is ignored, so duplicate events change nothing;
     - each user message opens an exchange; one that gets no reply (the caller barged
       in before the first audio frame, or hung up) stays a user-only exchange;
-    - an assistant message joins the latest turn that began before it, so several
-      replies to one turn ("Let me check." + tool call + the answer) make one
-      exchange, and a reply already under way when the caller spoke again stays
-      with the turn it answered; an empty text counts as no reply, the same text is
-      kept once, and a reply before any user message (the greeting) is not the
-      caller's memory and is not saved;
-    - a caller's transcript that arrives after the reply it prompted (realtime
-      providers do this) takes that reply over from the exchange before.
+    - by speech, when the framework says which reply added a message (``speech_id``,
+      LiveKit's ``SpeechHandle.id``: one reply, with every step of its tool loop, that
+      adds the user message it answers before its own text): every assistant message
+      of that speech answers that user message, whatever order or times they arrive
+      with. A speech made by another one's work (``speech_within``: a tool's
+      ``say``, the next agent's greeting after a handoff) answers what that one
+      answers. A speech that added no user message and was made by none (the
+      greeting, an app's ``generate_reply`` without ``user_input``) answers none of
+      those: its text is not saved as the answer to a turn another speech answers;
+    - by time (``created_at``) otherwise: for messages without a speech id (realtime
+      transcripts, items the app hands over itself) and for replies of a speech that
+      added no user message. Such a reply joins the latest turn that began before it
+      if that turn has no speech of its own, so several replies to one turn make one
+      exchange, and a reply already under way when the caller spoke again stays with
+      the turn it answered; a reply before any such turn (the greeting) is not the
+      caller's memory and is not saved; a caller's transcript that arrives after the
+      reply it prompted (realtime providers do this) takes that reply over;
+    - an empty text counts as no reply, and the same text is kept once.
     """
 
     def __init__(self, caller_id: str, call_id: str, clock: Callable[[], float] = time.time):
@@ -1018,7 +1029,27 @@ class TurnPairing:
         self._clock = clock
         self._seen: set[str] = set()
         self.turns: list[_Turn] = []  # by when each began
-        self._unpaired: list[_Reply] = []  # replies before any turn (greeting, late transcript)
+        self._unpaired: list[_Reply] = []  # replies of no turn (greeting, late transcript)
+        self._by_speech: dict[str, _Turn] = {}  # speech id -> the turn it added
+        self._within: dict[str, str] = {}  # speech id -> the speech whose work made it
+
+    def speech_within(self, speech_id: str, parent_speech_id: str) -> None:
+        """Speech ``speech_id`` was created by the work of ``parent_speech_id`` (a
+        tool's ``say`` or ``generate_reply``, the next agent's greeting after a
+        handoff): unless it adds a user message of its own, its text answers what
+        the parent's answers."""
+        if speech_id != parent_speech_id:
+            self._within[speech_id] = parent_speech_id
+
+    def _answers(self, speech_id: str | None) -> _Turn | None:
+        """The turn a speech's replies answer: the one it added, else its parent's."""
+        for _ in range(20):  # a chain of handoffs and tools, never a cycle
+            if speech_id is None:
+                return None
+            if speech_id in self._by_speech:
+                return self._by_speech[speech_id]
+            speech_id = self._within.get(speech_id)
+        return None
 
     def add(
         self,
@@ -1028,6 +1059,7 @@ class TurnPairing:
         *,
         interrupted: bool = False,
         created_at: float | None = None,
+        speech_id: str | None = None,
     ) -> list[Exchange]:
         """Take one message; returns the exchanges to (re)save, oldest first."""
         if item_id in self._seen:
@@ -1037,31 +1069,56 @@ class TurnPairing:
         at = created_at if created_at is not None and math.isfinite(created_at) else self._clock()
         changed: list[_Turn] = []
         if role == "user" and text:
-            turn = _Turn(item_id, at, text)
-            turn.replies = [r for r in self._unpaired if r.at >= at]
-            self._unpaired = [r for r in self._unpaired if r.at < at]
-            before = next((t for t in reversed(self.turns) if t.at <= at), None)
+            turn = _Turn(item_id, at, text, speech_id=speech_id)
+            if speech_id is not None:
+                # Its speech's replies, wherever they were put before it came.
+                self._by_speech[speech_id] = turn
+                changed += self._take(turn, lambda r: self._answers(r.speech_id) is turn)
+            else:
+                before = next((t for t in reversed(self.turns) if t.at <= at), None)
+                # a late transcript takes the replies of no speech's turn made after it
+                changed += self._take(
+                    turn,
+                    lambda r: r.at >= at and self._answers(r.speech_id) is None,
+                    only=[before] if before is not None and before.speech_id is None else [],
+                )
             self.turns.append(turn)
             self.turns.sort(key=lambda t: t.at)
-            if before is not None:
-                taken = [part for part in before.replies if part.at >= at]
-                if taken:
-                    before.replies = [part for part in before.replies if part.at < at]
-                    turn.replies = sorted(turn.replies + taken, key=lambda r: r.at)
-                    changed.append(before)
             changed.append(turn)
         elif role == "assistant" and text:
-            reply = _Reply(at, item_id, text, interrupted)
-            owner = next((t for t in reversed(self.turns) if t.at <= at), None)
+            reply = _Reply(at, item_id, text, interrupted, speech_id)
+            owner = self._answers(speech_id)
             if owner is None:
-                # the greeting, or a reply whose caller transcript is still to come
+                latest = next((t for t in reversed(self.turns) if t.at <= at), None)
+                # a turn another speech answers is not this reply's
+                owner = latest if latest is not None and latest.speech_id is None else None
+            if owner is None:
+                # the greeting, a reply whose caller transcript is still to come, or
+                # one that answers nothing the caller said
                 self._unpaired = [*self._unpaired[-9:], reply]
                 return []
             # (the same text twice, e.g. one interrupted reply reported under two ids,
             # is kept once in the exchange; see _Turn.exchange)
             owner.replies.append(reply)
             changed.append(owner)
-        return [t.exchange(self.caller_id, self.call_id) for t in changed]
+        return [t.exchange(self.caller_id, self.call_id) for t in _oldest_first(changed)]
+
+    def _take(
+        self, turn: _Turn, mine: Callable[[_Reply], bool], only: list[_Turn] | None = None
+    ) -> list[_Turn]:
+        """Move the replies ``mine`` picks to ``turn``, from the unpaired ones and from
+        the turns ``only`` names (all turns when None); returns the turns it changed."""
+        taken = [r for r in self._unpaired if mine(r)]
+        self._unpaired = [r for r in self._unpaired if not mine(r)]
+        changed = []
+        for other in self.turns if only is None else only:
+            moved = [r for r in other.replies if mine(r)]
+            if moved:
+                other.replies = [r for r in other.replies if not mine(r)]
+                taken += moved
+                changed.append(other)
+        turn.replies = sorted(turn.replies + taken, key=lambda r: r.at)
+        return changed
 
     def exchanges(self) -> list[Exchange]:
         """Every exchange of the call so far, oldest first."""
@@ -1071,6 +1128,12 @@ class TurnPairing:
         """Drop what was paired (the caller had this call forgotten); ids stay seen."""
         self.turns.clear()
         self._unpaired.clear()
+        self._by_speech.clear()
+        self._within.clear()
+
+
+def _oldest_first(turns: list[_Turn]) -> list[_Turn]:
+    return sorted({id(t): t for t in turns}.values(), key=lambda t: t.at)
 
 
 def clean_text(text: str) -> str:
@@ -1234,6 +1297,8 @@ class CallMemory:
         self.max_block_chars = max_block_chars
         self.profile: Recall | None = None
         self.recalls = 0  # store recalls started (one per user turn, for tests/metrics)
+        self.block_requests = 0  # block_for calls (the wiring self-check counts them)
+        self._asks_at_start: dict[str, int] = {}  # speech id -> block_requests then
         self._recall_tasks: dict[tuple[int | None, str], asyncio.Task[Recall]] = {}
         self._preload: asyncio.Task[None] | None = None
         self._warned: set[str] = set()
@@ -1312,6 +1377,7 @@ class CallMemory:
         (preemptive generation, steps after a tool call) shares one store recall,
         and a later turn with the same words recalls afresh. Without ``turn`` (a
         tool's lookup) every call recalls."""
+        self.block_requests += 1
         if not self.enabled:
             return None
         key = (turn, " ".join(user_text.split()).lower())
@@ -1355,19 +1421,31 @@ class CallMemory:
         *,
         interrupted: bool = False,
         created_at: float | None = None,
+        speech_id: str | None = None,
     ) -> None:
         """Take one chat message as it is added to the conversation; never raises.
 
         ``created_at`` is the message's own time (LiveKit's ``ChatMessage.created_at``,
         seconds since the epoch: for the caller, when they started speaking; for a
-        reply, when it started). ``TurnPairing`` says how messages become exchanges;
-        every changed exchange is written in the background, keyed by the user item id.
+        reply, when it started). ``speech_id`` is the reply that added the message
+        (LiveKit's ``SpeechHandle.id``), None for a message no reply added (a realtime
+        transcript, or one the app inserted itself with ``update_chat_ctx`` and hands
+        over here so it is remembered). ``TurnPairing`` says how messages become
+        exchanges; every changed exchange is written in the background, keyed by the
+        user item id.
         """
         if not self.enabled or self._closed or not self.capturing:
             return
+        if role == "assistant" and speech_id is not None:
+            self._check_reply_asked(speech_id)
         try:
             changed = self.pairing.add(
-                role, item_id, text, interrupted=interrupted, created_at=created_at
+                role,
+                item_id,
+                text,
+                interrupted=interrupted,
+                created_at=created_at,
+                speech_id=speech_id,
             )
         except Exception as exc:  # never into LiveKit's event emitter
             self._warn_once("capture", "could not take a message: %r", exc)
@@ -1376,6 +1454,40 @@ class CallMemory:
             self.writer.put(exchange)
         if role == "user" and self.extract_every > 0:
             self._extract_in_background()
+
+    def speech_created(
+        self, speech_id: str, *, within: str | None = None, asks_memory: bool = False
+    ) -> None:
+        """A reply (LiveKit speech ``speech_id``) has just been created; never raises.
+
+        ``within``: the speech whose work created it (a tool's ``say`` or
+        ``generate_reply``, the next agent's greeting after a handoff), so its text
+        answers the same turn (see ``TurnPairing``). ``asks_memory``: the reply runs
+        the agent's ``llm_node`` (a model reply, not ``say()`` nor a realtime
+        model's), which should ask ``block_for``; the wiring self-check: if its text
+        is captured with no ``block_for`` call in between, the reply went out
+        without memory being asked for it (an ``llm_node`` or other hook overridden
+        without the memory code), and the log says so once per call (WARNING)."""
+        if not self.enabled:
+            return
+        if within is not None:
+            self.pairing.speech_within(speech_id, within)
+        if asks_memory:
+            self._asks_at_start[speech_id] = self.block_requests
+            while len(self._asks_at_start) > 50:  # speeches that never said anything
+                del self._asks_at_start[next(iter(self._asks_at_start))]
+
+    def _check_reply_asked(self, speech_id: str) -> None:
+        asks = self._asks_at_start.pop(speech_id, None)
+        if asks is not None and asks == self.block_requests:
+            self._warn_once(
+                "wiring",
+                "a reply went out without memory being asked for it, so it had no memory "
+                "block: the agent's llm_node must call CallMemory.block_for before each "
+                "reply (an llm_node override should delegate with "
+                "`async for chunk in super().llm_node(chat_ctx, tools, model_settings)`, "
+                "not call Agent.default.llm_node itself)",
+            )
 
     @property
     def pending(self) -> int:
@@ -1423,7 +1535,11 @@ class CallMemory:
         said = [t.user_text for t in self.pairing.turns[:3]]
         if not said:
             return None
-        return "The caller talked about: " + "; ".join(_clip(t, 80) for t in said)
+        text = _clip(said[0], 80)
+        for part in (_clip(t, 80) for t in said[1:]):
+            # a turn that ends a sentence needs no "; " after it ("job. My sister")
+            text += (" " if text.endswith((".", "!", "?", "…")) else "; ") + part
+        return "The caller talked about: " + text
 
     @property
     def exchanges(self) -> list[Exchange]:

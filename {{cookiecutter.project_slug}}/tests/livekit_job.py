@@ -54,7 +54,8 @@ def run_job(
 
     Returns {"job_id": str, "requests": [[[role, text], ...], ...] (every request the
     stand-in received; a tool's answer appears as ["tool", output]), "history":
-    [[role, text], ...], "instructions": [str, ...] (a realtime stand-in's),
+    [[role, text], ...], "agent_class": "module.Class" of the agent the session ran
+    at the end, "instructions": [str, ...] (a realtime stand-in's),
     "extractions": [[[role, text], ...], ...] (the fact-extraction requests),
     "returncode": int, "log": str}."""
     spec = {
@@ -175,6 +176,7 @@ def _child(spec: dict[str, Any]) -> int:
         await server._proc_pool.launch_job(info)
 
     history: list[list[str]] = []
+    agent_class: list[str] = []
 
     async def call() -> None:
         await asyncio.to_thread(console.wait_for_io_acquisition)
@@ -203,6 +205,8 @@ def _child(spec: dict[str, Any]) -> int:
         history.extend(
             [i.role, i.text_content or ""] for i in session.history.items if i.type == "message"
         )
+        ran = type(session.current_agent)
+        agent_class.append(f"{ran.__module__}.{ran.__qualname__}")
 
     async def main() -> None:
         server.once("worker_started", lambda: asyncio.ensure_future(launch()))
@@ -230,6 +234,7 @@ def _child(spec: dict[str, Any]) -> int:
             for m in models_made
             for r in getattr(m, "extractions", [])
         ],
+        "agent_class": agent_class[0] if agent_class else "",
         # what a realtime stand-in was told (it gets instructions, not requests)
         "instructions": [i for m in models_made for i in getattr(m, "instructions", [])],
         "seconds": time.monotonic() - started,

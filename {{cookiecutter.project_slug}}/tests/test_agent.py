@@ -125,7 +125,7 @@ async def test_the_short_summary_is_the_callers_first_words(store):
     call_memory.capture("assistant", "a1", "Sorry to hear that.")
     call_memory.capture("user", "u2", "It leaks.")
     assert call_memory.summary() == (
-        "The caller talked about: I'm calling about my broken washing machine.; It leaks."
+        "The caller talked about: I'm calling about my broken washing machine. It leaks."
     )
     await call_memory.aclose()
 

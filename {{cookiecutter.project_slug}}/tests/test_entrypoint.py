@@ -7,7 +7,9 @@ class and wiring agent.py's entrypoint uses is what runs."""
 from __future__ import annotations
 
 import memory
+from tests.conftest import call
 from tests.livekit_job import run_job
+from tests.scripted_llm import ScriptedLLM
 
 SCRIPT = [
     "Hello!",
@@ -102,3 +104,17 @@ async def test_a_caller_without_a_usable_id_still_gets_replies_without_memory(st
     assert job["history"][-1] == ["assistant", "Yes?"]
     assert all(blocks(r) == [] for r in job["requests"])
     assert "memory is off for this call" in job["log"]
+
+
+async def test_the_tests_build_the_agent_class_the_entrypoint_runs(store_url, store):
+    # The in-process tests build their agent with agent.build_agent (tests/conftest.py);
+    # an entrypoint that starts another class would leave it untested.
+    job = run_job(store_url, ["Hello."])
+    assert_clean(job)
+    async with call(store, "alice", ScriptedLLM()) as (session, _):
+        built = type(session.current_agent)
+    assert job["agent_class"] == f"{built.__module__}.{built.__qualname__}", (
+        "the entrypoint runs another agent class than agent.build_agent builds: build it "
+        "in build_agent, so the tests run what production runs"
+    )
+    assert "without memory being asked" not in job["log"]
