@@ -15,8 +15,11 @@ safe on one file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
@@ -45,6 +48,8 @@ from memory import (
 )
 
 T = TypeVar("T")
+
+logger = logging.getLogger("memory")
 
 DEFAULT_URL = "sqlite:///memory.db"
 """memory.db in this project's folder (next to agent.py), wherever the worker starts."""
@@ -219,39 +224,90 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        # The file the connections have open, as (st_dev, st_ino); None until the
+        # first connection has checked (and migrated) it. A change of file bumps
+        # the generation: every connection of an older one is closed.
+        self._file: tuple[int, int] | None = None
+        self._generation = 0
 
     @classmethod
     def open(cls, path: str | Path) -> SQLiteStore:
         store = cls(path)
         try:
-            store._migrate()
+            store._conn()  # the first connection checks and migrates the file
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot use {store.path} as the memory file: {exc}") from exc
         return store
 
     # Connections are per thread: sqlite3 objects must stay on the thread that made them.
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection to the file at ``self.path``, checked before each
+        use: if the file was deleted or replaced since the connections opened it
+        (another device or inode at the path), the change is logged as an error,
+        every connection to the old file is closed (a query running on one fails and
+        is retried by its caller) and the file at the path is opened afresh, created
+        and migrated if need be, so nothing more is written into a file no one will
+        read again. Raises what ``_open`` raises."""
         conn = getattr(self._local, "conn", None)
-        if conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # check_same_thread=False only so close() can close it from another thread
-            # once the executors are shut down; the connection is used by one thread.
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+        if (
+            conn is not None
+            and self._local.generation == self._generation
+            and self._file == _identity(self.path)
+        ):
+            return conn
+        with self._lock:
+            if conn is not None and self._local.generation == self._generation:
+                self._file_changed()  # this thread noticed it first
+            return self._open()
+
+    def _file_changed(self) -> None:
+        now = _identity(self.path)
+        logger.error(
+            "memory: the memory file %s was %s while in use; reopening %s. What "
+            "was saved in the old file is not in the new one; pending writes go to "
+            "the new one",
+            self.path,
+            "deleted" if now is None else "replaced",
+            "a new file there" if now is None else "the file now there",
+        )
+        for old in self._connections:
+            old.close()  # a query running on it fails, and its caller retries
+        self._connections.clear()
+        # SQLite leaves the old file's write-ahead log and index at the path when the
+        # file went under it; the new file would read them as its own.
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(f"{self.path}{suffix}")
+        self._generation += 1
+        self._file = None
+
+    def _open(self) -> sqlite3.Connection:
+        # called with self._lock held
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # check_same_thread=False so a change of file can close every thread's
+        # connection; each connection is otherwise used by its own thread only.
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
             conn.row_factory = sqlite3.Row
             _set_wal(conn, self._busy_timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
+            if self._file is None:
+                self._migrate(conn)
+                self._file = _identity(self.path)
+        except BaseException:
+            conn.close()
+            raise
+        self._local.conn = conn
+        self._local.generation = self._generation
+        self._connections.append(conn)
         return conn
 
-    def _migrate(self) -> None:
-        conn = self._conn()
+    def _migrate(self, conn: sqlite3.Connection) -> None:
         # BEGIN IMMEDIATE takes the write lock first, so two processes opening a new
         # file at once migrate it once.
         conn.execute("BEGIN IMMEDIATE")
@@ -262,7 +318,16 @@ class SQLiteStore:
                     f"{self.path} has memory schema version {version}, newer than this "
                     f"code's {SCHEMA_VERSION}; upgrade the agent before opening it"
                 )
-            if version and "exchanges" not in _tables(conn):
+            ours = {t for t in _tables(conn) if not t.startswith("sqlite_")}
+            if version == 0 and ours:
+                # Ours sets the version in the transaction that adds its tables: a
+                # file with tables and no version is another application's.
+                raise SchemaMismatch(
+                    f"{self.path} is not a memory file (no memory schema version, but "
+                    f"tables {', '.join(sorted(ours)[:5])}); give MEMORY_URL a file "
+                    "of its own"
+                )
+            if version and "exchanges" not in ours:
                 # another application's file: check before any migration touches it
                 self._not_memory(version, {"exchanges"})
             for number in range(version, SCHEMA_VERSION):
@@ -640,6 +705,15 @@ def _row_to_exchange(r: sqlite3.Row) -> Exchange:
         item_ids=tuple(json.loads(r["item_ids"])),
         created_at=r["created_at"],
     )
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file is at ``path`` (device, inode), None when there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:

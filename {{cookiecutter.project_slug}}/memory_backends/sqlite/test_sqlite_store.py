@@ -327,3 +327,69 @@ async def test_a_fact_reported_as_failed_is_never_written_later(store, db_path):
     assert (await store.profile(ALICE)).facts == ()
     blocker.close()
     await call.aclose()
+
+
+def _on_disk(db_path: Path) -> list[str]:
+    conn = sqlite3.connect(db_path)
+    try:
+        return [r[0] for r in conn.execute("SELECT user_text FROM exchanges ORDER BY created_at")]
+    finally:
+        conn.close()
+
+
+async def _a_call_whose_file_goes(store_url: str, db_path: Path, swap) -> tuple[int, list[str]]:
+    """5 exchanges saved, then ``swap(db_path)``, then 35 more and the call's end;
+    returns aclose()'s unsaved count and what a new process finds on disk."""
+    store = memory.open_store(store_url)
+    call = memory.CallMemory(store, ALICE, "call-1")
+    for n in range(40):
+        if n == 5:
+            assert await call.flush() == 0
+            swap(db_path)
+        call.capture("user", f"u{n}", f"turn {n}", created_at=1000.0 + n)
+        call.capture("assistant", f"a{n}", f"reply {n}", created_at=1000.5 + n)
+        await asyncio.sleep(0)
+    unsaved = await call.aclose("participant hung up")
+    await store.close()
+    return unsaved, _on_disk(db_path)
+
+
+async def test_a_file_deleted_during_a_call_is_noticed_and_nothing_more_is_lost(
+    store_url, db_path, caplog
+):
+    unsaved, on_disk = await _a_call_whose_file_goes(store_url, db_path, os.remove)
+    assert unsaved == 0
+    assert on_disk == [f"turn {n}" for n in range(5, 40)]  # every one accepted after it went
+    (error,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert str(db_path) in error.getMessage() and "deleted" in error.getMessage()
+
+
+async def test_a_file_replaced_during_a_call_is_noticed_and_written_from_then_on(
+    store_url, db_path, tmp_path, caplog
+):
+    other = tmp_path / "restored.db"
+    await memory.open_store(f"sqlite:///{other}").close()  # a memory file of its own
+
+    def replace(path: Path) -> None:
+        os.replace(other, path)
+
+    unsaved, on_disk = await _a_call_whose_file_goes(store_url, db_path, replace)
+    assert unsaved == 0
+    assert on_disk == [f"turn {n}" for n in range(5, 40)]
+    (error,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert str(db_path) in error.getMessage() and "replaced" in error.getMessage()
+
+
+def test_a_file_of_another_application_without_a_version_is_refused_untouched(tmp_path):
+    other_app = tmp_path / "shop.db"
+    conn = sqlite3.connect(other_app)
+    conn.execute("CREATE TABLE orders (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(memory.SchemaMismatch, match="not a memory file") as raised:
+        memory.open_store(f"sqlite:///{other_app}")
+    assert str(other_app) in str(raised.value)
+    conn = sqlite3.connect(other_app)
+    assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["orders"]
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+    conn.close()
