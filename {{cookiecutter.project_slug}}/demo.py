@@ -5,7 +5,9 @@ file opened again as a new worker process would): the script prints the memory
 block the model received before answering. No room, microphone or key is needed:
 the model is a scripted stand-in (tests/scripted_llm.py) unless LIVEKIT_API_KEY and
 LIVEKIT_API_SECRET are set (in the environment or .env.local), in which case the
-real model from agent.py answers through LiveKit Inference.
+real model from agent.py answers through LiveKit Inference. The stand-in's replies
+are fixed lines, printed as "agent (scripted)": what is real is what memory saved
+and the block the model received.
 
 Options: --url MEMORY_URL keeps the memory there (default: a temporary SQLite file when
 this project's backend is SQLite, removed after; otherwise MEMORY_URL from the
@@ -65,19 +67,21 @@ async def run_call(
         greeted = first_reply(session)
         await session.start(assistant)
         await asyncio.wait_for(greeted.wait(), 30)
-        print_replies(session.history.items)  # the greeting
+        # the stand-in's lines are fixed in this file, not written from memory
+        who = "agent (scripted)" if isinstance(model, ScriptedLLM) else "agent"
+        print_replies(session.history.items, who)  # the greeting
         for text in turns:
             print(f"  caller: {text}")
             result: RunResult = await session.run(user_input=text)
-            print_replies(event.item for event in result.events)
+            print_replies((event.item for event in result.events), who)
     await call.aclose("demo call ended")  # as the job's shutdown callback: flush, summary
     return model
 
 
-def print_replies(items) -> None:
+def print_replies(items, who: str) -> None:
     for item in items:
         if item.type == "message" and item.role == "assistant":
-            print(f"  agent:  {item.text_content}")
+            print(f"  {who}: {item.text_content}")
         elif item.type == "function_call":
             print(f"  (tool)  {item.name}({item.arguments})")
 
@@ -101,15 +105,12 @@ async def main(url: str) -> None:
     run = uuid.uuid4().hex[:8]  # call ids of this run, so runs on one --url differ
     store = memory.open_store(url)
     await run_call(store, f"{run}-call-1", call_one, script_one)
-    print("\n== what call 1 saved ==")
+    print("\n== what call 1 saved, as a later call's model reads it ==")
     profile = await store.profile(CALLER)
-    for fact in profile.facts:
-        print(f"  fact     {fact.kind} = {fact.value}")
-    for summary in profile.summaries:
-        if summary.call_id == f"{run}-call-1":
-            print(f"  summary  {summary.text}")
-    for e in await store.exchanges(CALLER, call_id=f"{run}-call-1"):
-        print(f"  exchange caller: {e.user_text!r}\n           agent:  {e.assistant_text!r}")
+    this_call = tuple(s for s in profile.summaries if s.call_id == f"{run}-call-1")
+    exchanges = tuple(await store.exchanges(CALLER, call_id=f"{run}-call-1"))
+    saved = memory.Recall(profile.facts, this_call, exchanges)
+    print(textwrap.indent(memory.format_block(saved, max_chars=10_000), "  "))
     await store.close()
 
     print("\n== call 2 (new session, memory file opened again) ==")
