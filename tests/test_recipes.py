@@ -146,6 +146,7 @@ SHARED = [
     "build_agent",
     "prewarm",
     "start_capture",
+    "current_speech_id",
     "dispatch_metadata",
     "caller_id_for",
     "caller_or_none",
@@ -160,8 +161,10 @@ DIFFERS = {
         "new_llm": "a realtime model, with input transcription",
         "build_agent": "waits for the profile, which goes into the instructions",
         "prewarm": "no VAD: the realtime model hears for itself",
+        "start_capture": "no wiring self-check: a realtime model never runs llm_node",
     },
     "resume": {"build_agent": "the Assistant continues the call from its saved turns"},
+    "tool_only": {"start_capture": "no wiring self-check: memory is asked by a tool"},
 }
 
 
