@@ -318,16 +318,16 @@ class SQLiteStore:
                     f"{self.path} has memory schema version {version}, newer than this "
                     f"code's {SCHEMA_VERSION}; upgrade the agent before opening it"
                 )
-            ours = {t for t in _tables(conn) if not t.startswith("sqlite_")}
-            if version == 0 and ours:
+            tables = {t for t in _tables(conn) if not t.startswith("sqlite_")}
+            if version == 0 and tables:
                 # Ours sets the version in the transaction that adds its tables: a
                 # file with tables and no version is another application's.
                 raise SchemaMismatch(
                     f"{self.path} is not a memory file (no memory schema version, but "
-                    f"tables {', '.join(sorted(ours)[:5])}); give MEMORY_URL a file "
+                    f"tables {', '.join(sorted(tables)[:5])}); give MEMORY_URL a file "
                     "of its own"
                 )
-            if version and "exchanges" not in ours:
+            if version and "exchanges" not in tables:
                 # another application's file: check before any migration touches it
                 self._not_memory(version, {"exchanges"})
             for number in range(version, SCHEMA_VERSION):
