@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 
+from livekit.agents import llm
+
 import memory
 from tests.conftest import call
-from tests.scripted_llm import ScriptedLLM, Slow, ToolCall
+from tests.scripted_llm import Reply, ScriptedLLM, Slow, ToolCall
 
 CALLER = "caller-1"
 GREETING = "Hello and welcome to Acme Travel, how can I help today?"
@@ -28,7 +30,13 @@ async def test_a_greeting_still_being_generated_when_the_first_turn_arrives_is_n
 ):
     # The caller types before the on_enter greeting is out: LiveKit adds the caller's
     # message first and the greeting after it.
-    model = ScriptedLLM([Slow(0.3, GREETING), "Thanks Maria, let me look up order 5521."])
+    def answer(chat_ctx: llm.ChatContext) -> Reply:
+        last = chat_ctx.items[-1]
+        greeting = last.type == "message" and last.role == "system"
+        greeting = greeting and (last.text_content or "").startswith("Greet the caller")
+        return Slow(0.3, GREETING) if greeting else "Thanks Maria, let me look up order 5521."
+
+    model = ScriptedLLM(answer)
     async with call(store, CALLER, model, greets=False) as (session, _):
         await session.run(user_input="Hi, this is Maria calling about order 5521.")
         said = [i.text_content for i in session.history.items if i.type == "message"]
