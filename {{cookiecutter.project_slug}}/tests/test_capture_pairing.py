@@ -32,9 +32,10 @@ async def test_a_greeting_still_being_generated_when_the_first_turn_arrives_is_n
     # message first and the greeting after it.
     def answer(chat_ctx: llm.ChatContext) -> Reply:
         last = chat_ctx.items[-1]
-        greeting = last.type == "message" and last.role == "system"
-        greeting = greeting and (last.text_content or "").startswith("Greet the caller")
-        return Slow(0.3, GREETING) if greeting else "Thanks Maria, let me look up order 5521."
+        said = last.text_content or "" if isinstance(last, llm.ChatMessage) else ""
+        if said.startswith("Greet the caller"):  # the on_enter greeting's instructions
+            return Slow(0.3, GREETING)
+        return "Thanks Maria, let me look up order 5521."
 
     model = ScriptedLLM(answer)
     async with call(store, CALLER, model, greets=False) as (session, _):
