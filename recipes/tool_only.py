@@ -200,15 +200,19 @@ def dispatch_metadata(job_metadata: str) -> dict:
 
 
 def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict) -> str:
-    """The stable id memory is kept under, from what authentication established:
-    `caller_id` from the dispatch metadata, else the SIP caller's phone number
-    (E.164), else the participant identity from the access token. Never the room
-    name, which names the call, not the caller.
+    """The stable id memory is kept under: `caller_id` from the dispatch metadata,
+    else the SIP caller's phone number, else the participant identity from the access
+    token. Never the room name, which names the call, not the caller. A phone number
+    is kept in E.164 form whichever way it arrives (memory.normalise_caller_id).
+
+    Only the first is verified, if your backend sets it after verifying the caller:
+    a SIP number (caller ID) can be spoofed by whoever places the call, and an
+    identity is whatever your token server put in the token. See the README.
 
     Raises memory.InvalidCallerId with the reason when the id is unusable.
     """
     if dispatch.get("caller_id"):
-        return memory.validate_caller_id(dispatch["caller_id"])
+        return memory.normalise_caller_id(dispatch["caller_id"])
     if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
         return memory.normalise_phone_number(participant.attributes.get("sip.phoneNumber", ""))
     return memory.validate_caller_id(participant.identity)
@@ -216,10 +220,12 @@ def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict) -> str:
 
 def caller_or_none(participant: rtc.RemoteParticipant, dispatch: dict) -> str | None:
     """`caller_id_for`, or None with the reason in the log: a caller without a stable
-    id (anonymous web user, withheld number) gets the agent, just without memory."""
+    id (anonymous web user, withheld number) gets the agent, just without memory.
+    Never raises: nothing about an id may end the call (the id it returns is one
+    memory.CallMemory accepts)."""
     try:
-        return caller_id_for(participant, dispatch)
-    except memory.InvalidCallerId as exc:
+        return memory.validate_caller_id(caller_id_for(participant, dispatch))
+    except Exception as exc:  # every kind of bad id, not only the ones foreseen
         logger.warning("memory is off for this call: %s", exc)
         return None
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import phonenumbers
+
 logger = logging.getLogger("memory")
 
 # -- Limits -------------------------------------------------------------------------
@@ -150,16 +152,48 @@ def validate_caller_id(caller_id: object) -> str:
     return value
 
 
-def normalise_phone_number(number: str) -> str:
-    """Return a phone number in E.164 form (``+`` and 8 to 15 ASCII digits), or raise
-    ``InvalidCallerId``. Spaces, dashes, dots and brackets are dropped; a leading
-    ``00`` becomes ``+``. The 15-digit limit is ITU-T E.164's."""
-    digits = re.sub(r"[\s\-.()]", "", number or "")
-    if digits.startswith("00"):
-        digits = "+" + digits[2:]
-    if not re.fullmatch(r"\+?[1-9][0-9]{7,14}", digits, re.ASCII):
-        raise InvalidCallerId(f"{number!r} is not a phone number in E.164 form")
-    return digits if digits.startswith("+") else "+" + digits
+PHONE_REGION = "US"
+"""Where a phone number written without its country code is read as dialled from
+(ISO 3166 code), unless ``MEMORY_PHONE_REGION`` says otherwise: "5550100200" and
+"15550100200" are +15550100200 under "US"."""
+
+_PHONE_LIKE = re.compile(r"\+?[\d\s\-.()]+")
+
+
+def normalise_phone_number(number: str, region: str | None = None) -> str:
+    """Return a phone number in E.164 form (``+`` and up to 15 ASCII digits), or raise
+    ``InvalidCallerId``. Parsed by ``phonenumbers`` (Google's libphonenumber rules):
+    spaces, dashes, dots and brackets are dropped, digits of any script are read as
+    digits, a leading ``00`` is the international prefix, and a number without a
+    country code is read as dialled from ``region`` (default: ``MEMORY_PHONE_REGION``,
+    else ``PHONE_REGION``). A number no country could have (too short, too long, no
+    such country code) is refused; whether it is in service is not checked."""
+    text = str(number or "").strip()
+    if text.startswith("00"):
+        text = "+" + text[2:]
+    region = region or os.getenv("MEMORY_PHONE_REGION", "").strip().upper() or PHONE_REGION
+    try:
+        parsed = phonenumbers.parse(text, region)
+    except phonenumbers.NumberParseException:
+        parsed = None
+    if parsed is None or not phonenumbers.is_possible_number(parsed):
+        raise InvalidCallerId(f"{_clip(text, 40)!r} is not a phone number in E.164 form")
+    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def normalise_caller_id(caller_id: object) -> str:
+    """A caller id as your dispatch gives it (``caller_id`` in the job metadata), in
+    the form memory keys it by, or ``InvalidCallerId``. One that looks like a phone
+    number (a ``+`` and digits, or at least 10 digits, with only spaces, dashes,
+    dots and brackets between) is one: ``normalise_phone_number``, so
+    "15550100200" from your backend and "+15550100200" from SIP are one caller.
+    Anything else must pass ``validate_caller_id`` as it is (give account ids that
+    are only digits a prefix, e.g. "acct-1234567890", to keep them apart from numbers)."""
+    if isinstance(caller_id, str) and _PHONE_LIKE.fullmatch(caller_id.strip()):
+        digits = sum(c.isdigit() for c in caller_id)
+        if caller_id.strip().startswith("+") or digits >= 10:
+            return normalise_phone_number(caller_id)
+    return validate_caller_id(caller_id)
 
 
 # -- What the memory holds -----------------------------------------------------------

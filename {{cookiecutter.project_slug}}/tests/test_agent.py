@@ -361,6 +361,35 @@ def test_an_unusable_caller_id_is_refused_with_the_reason(who, metadata, reason)
         agent.caller_id_for(who, agent.dispatch_metadata(metadata))
 
 
+def test_one_number_is_one_caller_from_the_dispatch_or_from_sip():
+    by_dispatch = agent.caller_id_for(
+        participant("web-session-9f3"), agent.dispatch_metadata('{"caller_id": "15550100200"}')
+    )
+    by_sip = agent.caller_id_for(participant("sip_abc", sip_number="+15550100200"), {})
+    by_other_digits = agent.caller_id_for(participant("sip_x", sip_number="+1555\u0660100200"), {})
+    assert by_dispatch == by_sip == by_other_digits == "+15550100200"
+
+
+@pytest.mark.parametrize(
+    ("who", "metadata"),
+    [
+        (participant("alice"), '{"caller_id": 15550100200}'),
+        (participant("alice"), '{"caller_id": ["a", "list"]}'),
+        (participant("alice"), '{"caller_id": {"an": "object"}}'),
+        (participant("alice"), '{"caller_id": "\u0661\u0662"}'),
+        (participant("alice"), '{"caller_id": "+999 1234 5678"}'),
+        (participant("sip_abc", sip_number="+1555\u0660\u0660"), ""),
+        (participant("sip_abc", sip_number="+1555010020000000"), ""),
+        (participant("caf\u00e9"), ""),
+        (participant(""), ""),
+    ],
+)
+def test_no_caller_id_of_any_kind_fails_the_call_it_only_turns_memory_off(who, metadata, caplog):
+    with caplog.at_level(logging.WARNING, logger="agent"):
+        assert agent.caller_or_none(who, agent.dispatch_metadata(metadata)) is None
+    assert len([r for r in caplog.records if "memory is off" in r.getMessage()]) == 1
+
+
 def test_a_caller_without_a_usable_id_gets_no_memory_and_the_log_says_why(caplog):
     with caplog.at_level(logging.WARNING, logger="agent"):
         assert agent.caller_or_none(participant("web user 7"), {}) is None

@@ -84,6 +84,19 @@ async def test_a_sip_caller_is_remembered_by_their_number(store_url):
     await store.close()
 
 
+async def test_a_sip_number_in_other_digits_is_the_same_caller_and_never_ends_the_job(store_url):
+    # "+1555\u0660100200": an Arabic-Indic zero once passed one check and failed the
+    # next, outside the entrypoint's guard, and the job died before the session.
+    job = run_job(
+        store_url, ["Is my parcel here?"], identity="sip_caller", sip_number="+1555\u0660100200"
+    )
+    assert_clean(job)
+    assert job["history"][-1][0] == "assistant"
+    store = memory.open_store(store_url)
+    assert [e.user_text for e in await store.exchanges("+15550100200")] == ["Is my parcel here?"]
+    await store.close()
+
+
 async def test_the_dispatch_metadata_names_the_caller(store_url):
     job = run_job(
         store_url,

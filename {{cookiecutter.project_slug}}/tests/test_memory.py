@@ -52,10 +52,34 @@ def test_good_caller_ids_pass_unchanged(caller_id):
         ("+1 (555) 010-0200", "+15550100200"),
         ("0044 20 7946 0000", "+442079460000"),
         ("15550100200", "+15550100200"),
+        ("5550100200", "+15550100200"),  # no country code: MEMORY_PHONE_REGION (US)
+        ("+1555\u0660100200", "+15550100200"),  # an Arabic-Indic zero is a zero
+        ("+\uff11\uff15\uff15\uff15\uff10\uff11\uff10\uff10\uff12\uff10\uff10", "+15550100200"),
     ],
 )
 def test_phone_numbers_are_normalised_to_e164(number, e164):
     assert memory.normalise_phone_number(number) == e164
+    assert memory.validate_caller_id(memory.normalise_phone_number(number)) == e164
+
+
+def test_a_number_without_its_country_code_is_read_in_the_configured_region(monkeypatch):
+    monkeypatch.setenv("MEMORY_PHONE_REGION", "gb")
+    assert memory.normalise_phone_number("020 7946 0000") == "+442079460000"
+    assert memory.normalise_phone_number("+15550100200") == "+15550100200"
+
+
+@pytest.mark.parametrize(
+    ("caller_id", "key"),
+    [
+        ("15550100200", "+15550100200"),
+        ("+1 (555) 010-0200", "+15550100200"),
+        ("customer-42", "customer-42"),
+        ("5521", "5521"),  # an order-sized number is an account id, not a phone number
+        ("acct-1234567890", "acct-1234567890"),
+    ],
+)
+def test_a_dispatch_caller_id_that_is_a_phone_number_is_keyed_like_a_sip_number(caller_id, key):
+    assert memory.normalise_caller_id(caller_id) == key
 
 
 @pytest.mark.parametrize("number", ["", "anonymous", "12345", "+0123456789", "+1234567890123456"])
