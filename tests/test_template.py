@@ -256,7 +256,7 @@ def test_the_demo_shows_call_two_receiving_what_call_one_saved(cookies, recipe):
     saved, _, block = demo.stdout.partition("== the memory")
     assert "- home city: Lisbon" in saved  # as the model reads it (format_block)
     assert "vegetarian" in saved
-    assert "call 2's model" in block and "name: Maria" in block
+    assert "call 2's model" in block and 'name: "Maria"' in block
 
 
 def test_ci_runs_the_readme_commands_exactly():

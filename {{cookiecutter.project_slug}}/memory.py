@@ -32,7 +32,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -194,6 +194,132 @@ def normalise_caller_id(caller_id: object) -> str:
         if caller_id.strip().startswith("+") or digits >= 10:
             return normalise_phone_number(caller_id)
     return validate_caller_id(caller_id)
+
+
+# -- Sensitive numbers ---------------------------------------------------------------
+
+_DIGIT_WORDS = {
+    "zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4",
+    "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9",
+}  # fmt: skip
+# A run of digits as a transcript writes them: "4111 1111 1111 1111", "123-45-6789",
+# "4 1 1 1 ...", "four one one one ...". Digits of any script count (str.isdigit).
+_NUMBER_TOKEN = r"(?:\d+|" + "|".join(_DIGIT_WORDS) + r")"
+_NUMBER_RUN = re.compile(
+    rf"\b{_NUMBER_TOKEN}\b(?:[\s\-./,]{{1,3}}\b{_NUMBER_TOKEN}\b)*", re.IGNORECASE
+)
+_IBAN = re.compile(r"\b[A-Z]{2}[0-9]{2}(?:[ \-]?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+
+
+def luhn_valid(digits: str) -> bool:
+    """The Luhn (mod 10) check every payment card number passes (ISO/IEC 7812-1)."""
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        n = int(d) * (2 if i % 2 else 1)
+        total += n - 9 if n > 9 else n
+    return total % 10 == 0
+
+
+def _card(digits: str, groups: tuple[int, ...], before: str) -> bool:
+    # ISO/IEC 7812: 13 to 19 digits, issuers' numbers start 2-6, Luhn-checked
+    return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn_valid(digits)
+
+
+def _us_ssn(digits: str, groups: tuple[int, ...], before: str) -> bool:
+    # SSA: never area 000, 666 or 9xx, group 00 or serial 0000. Written 3-2-4 it is
+    # one anywhere; other groupings only after words that name it.
+    if len(digits) != 9 or digits[:3] in ("000", "666") or digits[0] == "9":
+        return False
+    if digits[3:5] == "00" or digits[5:] == "0000":
+        return False
+    return groups == (3, 2, 4) or re.search(r"social|ssn|security number", before) is not None
+
+
+def _bank_account(digits: str, groups: tuple[int, ...], before: str) -> bool:
+    # No checksum to go by: 6 to 17 digits right after words that name a bank account
+    # or routing number (US ABA accounts are at most 17 digits).
+    return 6 <= len(digits) <= 17 and (
+        re.search(r"bank|routing|sort code|checking|savings|account and", before) is not None
+    )
+
+
+@dataclass(frozen=True)
+class SensitiveNumber:
+    """One kind of number masked before anything is kept. ``label`` replaces it;
+    ``matches(digits, groups, before)`` says whether a run of digits is one:
+    ``digits`` the ASCII digits, ``groups`` how many were said together (e.g.
+    ``(3, 2, 4)``), ``before`` the 40 characters before it, lower-cased."""
+
+    label: str
+    matches: Callable[[str, tuple[int, ...], str], bool]
+
+
+SENSITIVE_NUMBERS: list[SensitiveNumber] = [
+    SensitiveNumber("[card number]", _card),
+    SensitiveNumber("[SSN]", _us_ssn),
+    SensitiveNumber("[bank account number]", _bank_account),
+]
+"""What ``mask_sensitive`` masks besides IBANs (checked with ISO 13616's mod 97),
+first match wins. Append a ``SensitiveNumber`` for another national id."""
+
+
+def mask_sensitive(text: str) -> str:
+    """``text`` with payment card numbers, national ids and bank accounts
+    (``SENSITIVE_NUMBERS``) and IBANs replaced by a label such as "[card number]",
+    however they were written or transcribed: "4111 1111 1111 1111", "4111-1111-...",
+    "4 1 1 1 ...", "four one one one ...". Everything else is left as it was."""
+    text = _IBAN.sub(_mask_iban, text)
+    return _NUMBER_RUN.sub(_mask_run, text)
+
+
+def masking_on() -> bool:
+    """``MEMORY_MASK_SENSITIVE`` (default on; "0", "false", "no" or "off" turns
+    masking off): whether CallMemory masks what it keeps with ``mask_sensitive``."""
+    setting = os.getenv("MEMORY_MASK_SENSITIVE", "1").strip().lower()
+    return setting not in ("0", "false", "no", "off")
+
+
+def _mask_iban(match: re.Match[str]) -> str:
+    parts = re.split(r"([ \-])", match.group())
+    while parts:  # a greedy match may have taken the next word too: drop words until valid
+        candidate = "".join(parts).replace(" ", "").replace("-", "").upper()
+        if 15 <= len(candidate) <= 34 and candidate[4:].isalnum():
+            number = int("".join(str(int(c, 36)) for c in candidate[4:] + candidate[:4]))
+            if number % 97 == 1:
+                return "[IBAN]" + match.group()[len("".join(parts)) :]
+        parts = parts[:-2]
+    return match.group()
+
+
+def _mask_run(match: re.Match[str]) -> str:
+    run = match.group()
+    tokens = [
+        (t.start(), t.end(), _digits_of(t.group()))
+        for t in re.finditer(_NUMBER_TOKEN, run, re.IGNORECASE)
+    ]
+    if sum(len(d) for _, _, d in tokens) < 6:
+        return run
+    context = match.string[max(0, match.start() - 40) : match.start()].lower()
+    out, at, i = [], 0, 0
+    while i < len(tokens):
+        for j in range(min(len(tokens) - 1, i + 18), i - 1, -1):  # 19 digits at most
+            digits = "".join(d for _, _, d in tokens[i : j + 1])
+            if not 6 <= len(digits) <= 19:
+                continue
+            groups = tuple(len(d) for _, _, d in tokens[i : j + 1])
+            before = (context + run[: tokens[i][0]].lower())[-40:]
+            kind = next((k for k in SENSITIVE_NUMBERS if k.matches(digits, groups, before)), None)
+            if kind is not None:
+                out += [run[at : tokens[i][0]], kind.label]
+                at, i = tokens[j][1], j
+                break
+        i += 1
+    return "".join([*out, run[at:]])
+
+
+def _digits_of(token: str) -> str:
+    word = _DIGIT_WORDS.get(token.lower())
+    return word if word is not None else "".join(str(int(c)) for c in token)
 
 
 # -- What the memory holds -----------------------------------------------------------
@@ -745,7 +871,8 @@ def format_block(
     ``recall=None`` means memory could not be read in time: the block says so
     (``MEMORY_UNAVAILABLE``). An empty recall gives ``NOTHING_KNOWN``. Otherwise a
     header marks the block as background, then come facts, latest call summaries
-    and the most relevant past exchanges. Space is given in that order of need:
+    and the most relevant past exchanges, every remembered text as a JSON string
+    (``quoted``). Space is given in that order of need:
     the unavailable sentence when ``partial=True`` (only the profile preloaded at
     call start could be used), style notes (facts whose kind starts with
     ``STYLE_PREFIX``, up to a quarter), facts (newest first, each with the month it
@@ -781,7 +908,7 @@ def format_block(
         return [title, *kept]
 
     style = take(
-        [f"- {_clip(f.value, 200)}" for f in recall.facts if f.kind.startswith(STYLE_PREFIX)],
+        [f"- {quoted(f.value, 200)}" for f in recall.facts if f.kind.startswith(STYLE_PREFIX)],
         STYLE_TITLE,
         max_chars // 4,
     )
@@ -796,7 +923,7 @@ def format_block(
         max_chars,
     )
     summaries = take(
-        [f"- {_date(s.created_at)}: {_clip(s.text, 300)}" for s in recall.summaries],
+        [f"- {_date(s.created_at)}: {quoted(s.text, 300)}" for s in recall.summaries],
         "Latest calls:",
         max_chars,
     )
@@ -862,7 +989,7 @@ def _fact_line(f: Fact) -> str:
     # can tell a fresh fact from a stale one ("since March 2026, said again May 2026").
     kind, value = (
         _clip(fact_label(f.kind), MAX_FACT_KIND_CHARS),
-        _clip(f.value, MAX_FACT_VALUE_CHARS),
+        quoted(f.value, MAX_FACT_VALUE_CHARS),
     )
     line = f"- {kind}: {value}"
     if f.learned_at > 0:
@@ -872,12 +999,21 @@ def _fact_line(f: Fact) -> str:
 
 
 def _exchange_line(e: Exchange) -> str:
-    said = f'- {_date(e.created_at)} caller: "{_clip(e.user_text, 500)}"'
+    said = f"- {_date(e.created_at)} caller: {quoted(e.user_text, 500)}"
     if e.assistant_text:
-        said += f' / you: "{_clip(e.assistant_text, 300)}"'
+        said += f" / you: {quoted(e.assistant_text, 300)}"
         if e.interrupted:
             said += " (cut off)"
     return said
+
+
+def quoted(text: str, limit: int) -> str:
+    """Remembered text (an exchange, a summary, a fact, a style note) as the block
+    shows it: clipped to ``limit`` characters, then one JSON string (RFC 8259 section
+    7). Quotes and backslashes are escaped and every line break is gone (whitespace
+    runs are one space), so nothing a caller said can end the quoting or start a
+    line that reads as the agent's or the system's."""
+    return json.dumps(_clip(text, limit), ensure_ascii=False)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -1339,6 +1475,7 @@ class CallMemory:
         self.pairing = TurnPairing(self.caller_id or "", call_id, clock)
         self.writer = ExchangeWriter(store, self._save_failed)
         self.capturing = True  # False: nothing more of this call is saved
+        self.masking = masking_on()  # card, id and account numbers masked before kept
         self.summarize: Callable[[list[Exchange]], Awaitable[str]] | None = None
         """Writes the call summary from this call's exchanges (e.g. with the session's
         model, see recipes/call_summary.py); None, or a failure, falls back to the
@@ -1419,7 +1556,12 @@ class CallMemory:
         if task is None:
             self.recalls += 1
             task = asyncio.create_task(
-                self.store.recall(self.caller_id, user_text, exclude_call_id=self.call_id),  # type: ignore[arg-type]
+                self.store.recall(
+                    self.caller_id,  # type: ignore[arg-type]
+                    # a spoken card number is not sent to a search service either
+                    mask_sensitive(user_text) if self.masking else user_text,
+                    exclude_call_id=self.call_id,
+                ),
                 name="memory-recall",
             )
             task.add_done_callback(_consume_exception)
@@ -1473,6 +1615,8 @@ class CallMemory:
         if role == "assistant" and speech_id is not None:
             self._check_reply_asked(speech_id)
         try:
+            if self.masking and text:
+                text = mask_sensitive(text)
             changed = self.pairing.add(
                 role,
                 item_id,
@@ -1539,6 +1683,8 @@ class CallMemory:
             return "Not saved: the caller asked not to be remembered in this call."
         if not (self.capturing or always):
             return "Not saved: this call is not being remembered."
+        if self.masking:
+            kind, value = mask_sensitive(str(kind or "")), mask_sensitive(str(value or ""))
         try:
             done = await self.store.remember(self.caller_id, Fact.of(kind, value))  # type: ignore[arg-type]
         except InvalidFact as exc:
@@ -1701,6 +1847,8 @@ class CallMemory:
                 summary = " ".join(str(written).split()) or summary
             except Exception as exc:
                 self._warn_once("summarize", "call summary failed, keeping the short one: %r", exc)
+        if self.masking:  # a model may write out a number the caller said
+            summary = mask_sensitive(summary)
         try:
             await asyncio.wait_for(
                 self.store.save_summary(self.caller_id, self.call_id, summary),  # type: ignore[arg-type]
@@ -1755,10 +1903,13 @@ class CallMemory:
             left = deadline - time.monotonic()
             if left <= 0 or not self.capturing:
                 return
+            fact = got.fact
+            if self.masking:  # the model read masked text, but may write a number out
+                fact = replace(fact, value=mask_sensitive(fact.value))
             try:
                 done = await self.store.remember(
                     self.caller_id,  # type: ignore[arg-type]
-                    got.fact,
+                    fact,
                     timeout=min(WRITE_TIMEOUT, left),
                 )
             except Exception as exc:

@@ -26,8 +26,8 @@ async def test_a_style_note_reaches_the_next_call_as_guidance_not_as_a_fact(stor
         await session.run(user_input="What's the weather like for my trip?")
     block = memory_blocks(model.replies[-1])[0]
     style, _, rest = block.partition(memory.STYLE_TITLE)[2].partition("Facts the caller gave:")
-    assert "- Keep answers to one sentence" in style
-    assert "name: Maria" in rest and "one sentence" not in rest
+    assert '- "Keep answers to one sentence' in style
+    assert 'name: "Maria"' in rest and "one sentence" not in rest
 
 
 async def test_a_newer_note_on_the_same_aspect_replaces_the_old_one(store):

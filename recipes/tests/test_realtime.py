@@ -162,7 +162,7 @@ async def realtime_call(store, model: ScriptedRealtime, call_id: str = "call-1")
 async def test_the_profile_is_in_the_instructions_the_provider_receives(store):
     await store.remember(CALLER, memory.Fact.of("name", "Maria"))
     session, call_memory, assistant = await realtime_call(store, ScriptedRealtime(["Hi Maria!"]))
-    assert "name: Maria" in assistant.instructions
+    assert 'name: "Maria"' in assistant.instructions
     await session.aclose()
     await call_memory.aclose("participant hung up")
 

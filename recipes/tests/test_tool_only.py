@@ -22,7 +22,7 @@ async def test_no_request_carries_a_memory_block_and_the_profile_is_in_the_instr
         await session.run(user_input="Can you help me?")
     assert all(memory_blocks(r) == [] for r in model.requests)
     for request in model.requests:
-        assert "name: Maria" in request.items[0].text_content
+        assert 'name: "Maria"' in request.items[0].text_content
 
 
 async def test_the_recall_tool_finds_what_an_earlier_call_said(store):
@@ -83,7 +83,7 @@ async def test_the_real_entrypoint_keeps_the_profile_in_the_instructions_and_sav
     )
     assert second["returncode"] == 0 and "Traceback" not in second["log"], second["log"][-3000:]
     instructions = second["requests"][0][0][1]
-    assert "name: Maria" in instructions  # the profile, put there by on_enter
+    assert 'name: "Maria"' in instructions  # the profile, put there by on_enter
     (found,) = [text for role, text in second["requests"][-1] if role == "tool"]
     assert "My sister Ana is vegetarian." in found
     store = memory.open_store(store_url)

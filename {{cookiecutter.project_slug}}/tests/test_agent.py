@@ -71,7 +71,7 @@ async def test_the_block_sits_just_before_the_callers_latest_words(store):
         await say(session, "What's my name?")
     items = [i for i in model.replies[-1].items if i.type == "message"]
     assert items[-1].role == "user" and items[-1].text_content == "What's my name?"
-    assert items[-2].role == "system" and "name: Alice" in (items[-2].text_content or "")
+    assert items[-2].role == "system" and 'name: "Alice"' in (items[-2].text_content or "")
 
 
 async def test_another_caller_hears_nothing_of_it(store):
@@ -98,7 +98,7 @@ async def test_the_greeting_uses_the_preloaded_profile(store):
     async with call(store, ALICE, model) as (session, _):
         await say(session, "Hi")
     greeting = model.replies[0]
-    assert "name: Alice" in last_block_of(greeting)
+    assert 'name: "Alice"' in last_block_of(greeting)
     # the request still ends with what the reply answers: the greeting instruction
     assert (
         greeting.items[-1].role == "system"
@@ -140,7 +140,7 @@ async def test_a_slow_store_still_gets_a_reply_without_memory(store):
         result.expect.next_event().is_message(role="assistant")
     block = last_block(model)
     # The profile preloaded at call start is still used; the rest is said to be missing.
-    assert "name: Alice" in block and memory.MEMORY_UNAVAILABLE in block
+    assert 'name: "Alice"' in block and memory.MEMORY_UNAVAILABLE in block
     gate.set()
 
 

@@ -62,7 +62,7 @@ async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hea
     )
     assert_clean(second)
     greeting, answer = second["requests"][0], second["requests"][-1]
-    assert "name: Maria" in blocks(greeting)[0]
+    assert 'name: "Maria"' in blocks(greeting)[0]
     (block,) = blocks(answer)
     assert "vegetarian" in block
     assert answer[-1] == ["user", "What does my sister eat?"]

@@ -642,15 +642,18 @@ class HostedStore:
         except Exception as exc:
             retry = self._retry_in(exc, row.attempts)
             if retry is None:
+                # The service's answer may quote what it was sent (the caller's words):
+                # only its status above DEBUG.
                 logger.error(
-                    "memory: %s rejected %s %s of caller %s; it stays in %s: %s",
+                    "memory: %s rejected %s %s of caller %s (%s); it stays in %s",
                     self.service.name,
                     row.item.kind,
                     row.item.id,
                     row.item.caller_id,
+                    f"status {exc.status}" if isinstance(exc, ServiceRejected) else type(exc).__name__,
                     self._outbox.path,
-                    exc,
                 )
+                logger.debug("memory: %s's answer: %s", self.service.name, exc)
             await self._db(
                 self._outbox.failed, "items", (row.item.caller_id, row.item.id), exc, retry
             )

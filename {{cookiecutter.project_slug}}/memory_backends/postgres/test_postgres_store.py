@@ -447,7 +447,7 @@ async def test_an_exhausted_pool_is_logged_once_and_calls_go_on(
         blocker.execute("ROLLBACK")
     await asyncio.gather(*stuck)
     call = memory.CallMemory(store, ALICE, "call-9")
-    assert "name: Alice" in await call.block_for("What is my name?", turn=1)
+    assert 'name: "Alice"' in await call.block_for("What is my name?", turn=1)
     assert store_log(caplog)[-1].endswith("works again")
     await call.aclose()
 

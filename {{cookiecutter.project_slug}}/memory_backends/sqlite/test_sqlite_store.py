@@ -296,7 +296,7 @@ async def test_a_stuck_query_in_one_call_leaves_another_calls_recall_within_budg
     await asyncio.sleep(0.05)
     call_b = memory.CallMemory(store, ALICE, "call-b")
     block = await call_b.block_for("What is my name?", turn=1)
-    assert "name: Alice" in block and memory.MEMORY_UNAVAILABLE not in block
+    assert 'name: "Alice"' in block and memory.MEMORY_UNAVAILABLE not in block
     await call_b.aclose()
     await stuck
 
