@@ -62,10 +62,17 @@ def place_backend(name: str) -> None:
 # its own run through the real entrypoint included.
 DEFAULT_TESTS_NOT_FOR = {
     # no block in each request
-    "tool_only": ["test_agent.py", "test_voice_turns.py", "test_entrypoint.py", "test_wiring.py"],
+    "tool_only": [
+        "test_agent.py",
+        "test_agent_privacy.py",
+        "test_voice_turns.py",
+        "test_entrypoint.py",
+        "test_wiring.py",
+    ],
     # nothing is captured before the caller consents; it waits for a SIP caller
     "telephony": [
         "test_agent.py",
+        "test_agent_privacy.py",
         "test_voice_turns.py",
         "test_capture.py",
         "test_capture_pairing.py",
@@ -73,7 +80,13 @@ DEFAULT_TESTS_NOT_FOR = {
         "test_wiring.py",
     ],
     # realtime models never call llm_node: no block in each request
-    "realtime": ["test_agent.py", "test_voice_turns.py", "test_entrypoint.py", "test_wiring.py"],
+    "realtime": [
+        "test_agent.py",
+        "test_agent_privacy.py",
+        "test_voice_turns.py",
+        "test_entrypoint.py",
+        "test_wiring.py",
+    ],
     # the model writes the summary at the end of the call
     "call_summary": ["test_entrypoint.py"],
     # the call id is the room's, so a second worker can continue the call

@@ -218,10 +218,10 @@ async def test_a_new_turn_with_the_same_words_recalls_afresh():
     store = InMemoryStore()
     await store.remember(ALICE, memory.Fact.of("home city", "Lisbon"))
     call = memory.CallMemory(store, ALICE, "call-1")
-    assert "home city: Lisbon" in await call.block_for("I moved to Porto.", turn=1)
+    assert 'home city: "Lisbon"' in await call.block_for("I moved to Porto.", turn=1)
     await store.remember(ALICE, memory.Fact.of("home city", "Porto"))
-    assert "home city: Lisbon" in await call.block_for("I moved to Porto.", turn=1)  # same turn
-    assert "home city: Porto" in await call.block_for("I moved to Porto.", turn=2)
+    assert 'home city: "Lisbon"' in await call.block_for("I moved to Porto.", turn=1)  # same turn
+    assert 'home city: "Porto"' in await call.block_for("I moved to Porto.", turn=2)
     await call.aclose()
 
 
