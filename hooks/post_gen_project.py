@@ -65,6 +65,7 @@ DEFAULT_TESTS_NOT_FOR = {
     "tool_only": [
         "test_agent.py",
         "test_agent_privacy.py",
+        "test_tracing.py",
         "test_voice_turns.py",
         "test_entrypoint.py",
         "test_wiring.py",
@@ -73,6 +74,7 @@ DEFAULT_TESTS_NOT_FOR = {
     "telephony": [
         "test_agent.py",
         "test_agent_privacy.py",
+        "test_tracing.py",
         "test_voice_turns.py",
         "test_capture.py",
         "test_capture_pairing.py",
@@ -83,6 +85,7 @@ DEFAULT_TESTS_NOT_FOR = {
     "realtime": [
         "test_agent.py",
         "test_agent_privacy.py",
+        "test_tracing.py",
         "test_voice_turns.py",
         "test_entrypoint.py",
         "test_wiring.py",

@@ -42,6 +42,7 @@ that dispatch it by name (README.md, "Quick start").
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from dotenv import load_dotenv
 from livekit import rtc
@@ -60,6 +61,7 @@ from livekit.agents import (
     llm,
     room_io,
 )
+from livekit.agents.telemetry import tracer
 from livekit.agents.voice.agent_activity import _SpeechHandleContextVar as _SPEECH
 from openai.types.realtime import AudioTranscription
 
@@ -165,6 +167,7 @@ async def build_agent(
     the call ends (`await agent.call.aclose()`; the entrypoint registers it as a
     shutdown callback). `caller_id=None`: no memory."""
     call = memory.CallMemory(store, caller_id, call_id)
+    call.trace = trace_memory  # recall and save as spans in LiveKit's traces
     call.start()  # preload facts and call summaries: the recall tool's fallback if slow
     profile = await call.block_for("")  # bounded by RECALL_BUDGET; None when memory is off
     start_capture(session, call)
@@ -219,6 +222,15 @@ def current_speech_id() -> str | None:
     voice/agent_activity.py `_create_speech_task`); no public accessor exists yet."""
     handle = _SPEECH.get(None)
     return handle.id if handle is not None else None
+
+
+def trace_memory(name: str, start_ns: int, end_ns: int, attributes: dict[str, Any]) -> None:
+    """memory.Trace: each recall and save as a span in livekit-agents' own tracer, under
+    the span of the reply or turn it served, so memory shows in LiveKit's traces (set
+    an exporter with livekit.agents.telemetry.set_tracer_provider; LiveKit Cloud
+    records them when observability is on). Attributes hold figures, never text."""
+    span = tracer.start_span(name, start_time=start_ns, attributes=attributes)
+    span.end(end_time=end_ns)
 
 
 def dispatch_metadata(job_metadata: str) -> dict:

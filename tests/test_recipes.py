@@ -150,6 +150,7 @@ SHARED = [
     "dispatch_metadata",
     "caller_id_for",
     "caller_or_none",
+    "trace_memory",
     "Assistant.llm_node",
     "Assistant.remember",
     "Assistant.on_exit",

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from dotenv import load_dotenv
 from livekit import rtc
@@ -32,6 +33,7 @@ from livekit.agents import (
     llm,
     room_io,
 )
+from livekit.agents.telemetry import tracer
 from livekit.agents.voice.agent_activity import _SpeechHandleContextVar as _SPEECH
 from livekit.plugins import silero
 
@@ -148,6 +150,7 @@ async def build_agent(
     `call` must be closed when the call ends (`await agent.call.aclose()`; the
     entrypoint registers it as a shutdown callback). `caller_id=None`: no memory."""
     call = memory.CallMemory(store, caller_id, call_id)
+    call.trace = trace_memory  # recall and save as spans in LiveKit's traces
     call.start()  # preload facts and call summaries while the session starts
     start_capture(session, call)
     return Assistant(call, model=model)
@@ -205,6 +208,15 @@ def current_speech_id() -> str | None:
     voice/agent_activity.py `_create_speech_task`); no public accessor exists yet."""
     handle = _SPEECH.get(None)
     return handle.id if handle is not None else None
+
+
+def trace_memory(name: str, start_ns: int, end_ns: int, attributes: dict[str, Any]) -> None:
+    """memory.Trace: each recall and save as a span in livekit-agents' own tracer, under
+    the span of the reply or turn it served, so memory shows in LiveKit's traces (set
+    an exporter with livekit.agents.telemetry.set_tracer_provider; LiveKit Cloud
+    records them when observability is on). Attributes hold figures, never text."""
+    span = tracer.start_span(name, start_time=start_ns, attributes=attributes)
+    span.end(end_time=end_ns)
 
 
 def dispatch_metadata(job_metadata: str) -> dict:

@@ -1336,6 +1336,8 @@ class ExchangeWriter:
         self._retry: asyncio.TimerHandle | None = None
         self._retries = 0
         self.saved = 0
+        self.save: Callable[[Exchange], Awaitable[None]] = store.save
+        """What writes one exchange (CallMemory puts its traced save here)."""
 
     @property
     def unsaved(self) -> int:
@@ -1379,7 +1381,7 @@ class ExchangeWriter:
                 if self._pending.get(key) is not exchange:
                     break  # replaced by a newer version, or forgotten meanwhile
                 try:
-                    await self.store.save(exchange)
+                    await self.save(exchange)
                     saved = True
                     break
                 except Exception as exc:
@@ -1428,6 +1430,14 @@ class ExchangeWriter:
 
 
 # -- One call ------------------------------------------------------------------------
+
+Trace = Callable[[str, int, int, dict[str, Any]], None]
+"""A hook that records one memory operation (agent.py makes it a span in LiveKit's
+traces): its name ("memory.recall" or "memory.save"), start and end (nanoseconds since
+the epoch, ``time.time_ns``) and attributes: "memory.outcome" (a recall: "hit",
+"nothing known", "unavailable" or "timed out"; a save: "saved", "unavailable" or
+"timed out"), "memory.rows" (rows returned or written), "memory.duration_ms" and, for
+a recall, "memory.budget_ms". Called on the event loop; it must be quick."""
 
 
 class CallMemory:
@@ -1492,6 +1502,11 @@ class CallMemory:
         self._extracted_upto = 0  # exchanges (by turn) already sent for extraction
         self._extracting: asyncio.Task[None] | None = None
         self._forgotten = False  # the caller had this call (or everything) forgotten
+        self.trace: Trace | None = None
+        """Records each recall and save (agent.py: a span in LiveKit's own tracer)."""
+        self.writer.save = self._save_traced
+        self._recall_ms: list[float] = []
+        self._saved: set[str] = set()  # keys of the exchanges written in this call
         self._closed = False
         self._closing: asyncio.Task[int] | None = None
 
@@ -1571,9 +1586,11 @@ class CallMemory:
                     k: t for k, t in self._recall_tasks.items() if (k[0] or 0) >= turn
                 }
                 self._recall_tasks[key] = task
+        started = time.time_ns()
         try:
             recall = await asyncio.wait_for(asyncio.shield(task), self.recall_budget)
         except TimeoutError:
+            self._recalled(started, "timed out")
             self._warn_once(
                 "slow", "recall took longer than %.2f s; replying without it", self.recall_budget
             )
@@ -1581,11 +1598,65 @@ class CallMemory:
         except asyncio.CancelledError:
             if _being_cancelled():
                 raise
+            self._recalled(started, "unavailable")
             return format_block(self.profile, max_chars=self.max_block_chars, partial=True)
         except Exception as exc:
+            self._recalled(started, "unavailable")
             self._warn_once("recall", "recall failed, replying without memory: %r", exc)
             return format_block(self.profile, max_chars=self.max_block_chars, partial=True)
+        rows = len(recall.facts) + len(recall.summaries) + len(recall.exchanges)
+        self._recalled(started, "nothing known" if recall.empty else "hit", rows)
         return format_block(recall, max_chars=self.max_block_chars)
+
+    def _recalled(self, started: int, outcome: str, rows: int = 0) -> None:
+        ended = time.time_ns()
+        self._recall_ms.append((ended - started) / 1e6)
+        budget = {"memory.budget_ms": round(self.recall_budget * 1000, 3)}
+        self._record("memory.recall", started, ended, outcome, rows, budget)
+
+    async def _save_traced(self, exchange: Exchange) -> None:
+        started, outcome = time.time_ns(), "unavailable"
+        try:
+            await self.store.save(exchange)
+            outcome = "saved"
+            self._saved.add(exchange.key)
+        except TimeoutError:
+            outcome = "timed out"
+            raise
+        finally:
+            rows = 1 if outcome == "saved" else 0
+            self._record("memory.save", started, time.time_ns(), outcome, rows, {})
+
+    def _record(
+        self, name: str, started: int, ended: int, outcome: str, rows: int, more: dict[str, Any]
+    ) -> None:
+        if self.trace is None:
+            return
+        attributes = {
+            "memory.outcome": outcome,
+            "memory.rows": rows,
+            "memory.duration_ms": round((ended - started) / 1e6, 3),
+            **more,
+        }
+        try:
+            self.trace(name, started, ended, attributes)
+        except Exception as exc:  # tracing never costs a reply or a save
+            self._warn_once("trace", "could not record a memory span: %r", exc)
+
+    def figures(self, pending: int, lost: int) -> str:
+        """This call's memory figures, one line for the log: recall count and p50/p95
+        wait (ms, nearest rank), exchanges saved, pending when the call ended, and
+        lost (still unsaved after the final flush)."""
+        waits = sorted(self._recall_ms)
+
+        def rank(q: float) -> str:
+            return f"{waits[max(0, math.ceil(q * len(waits)) - 1)]:.1f}" if waits else "-"
+
+        return (
+            f"{len(waits)} recalls, p50 {rank(0.5)} ms, p95 {rank(0.95)} ms (budget "
+            f"{self.recall_budget * 1000:.0f} ms); exchanges saved {len(self._saved)}, "
+            f"pending {pending}, lost {lost}"
+        )
 
     # -- capture --
 
@@ -1811,6 +1882,7 @@ class CallMemory:
 
     async def _close(self, reason: str, timeout: float) -> int:
         deadline = time.monotonic() + timeout
+        pending = self.writer.unsaved
         unsaved = await self.writer.flush(timeout / 2)
         if unsaved:  # one more round for what failed in the first half
             unsaved = await self.writer.flush(max(0.0, deadline - time.monotonic()))
@@ -1821,6 +1893,8 @@ class CallMemory:
         if self.capturing and self.extract_with is not None:
             ending.append(self._extract_rest(deadline))
         await asyncio.gather(*ending)
+        if self.enabled:
+            logger.info("memory: call %s: %s", self.call_id, self.figures(pending, unsaved))
         if unsaved:
             logger.error(
                 "memory: %d exchange(s) of caller %s not saved before the call closed "
