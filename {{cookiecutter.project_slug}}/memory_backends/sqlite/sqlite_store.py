@@ -707,10 +707,11 @@ def _erase(conn: sqlite3.Connection, index: bool) -> None:
     merge of the whole index: the old segments are freed, and zeroed) and a TRUNCATE
     checkpoint (pages back into the database, the WAL cut to zero bytes).
 
-    Cost: 'optimize' rewrites the whole search index, ~0.1 s per 20k exchanges,
-    holding the write lock (other writers wait, up to their busy timeout, then retry);
-    the checkpoint waits for readers in other processes up to BUSY_TIMEOUT. Measured:
-    0 copies of a forgotten word left (tests/test_sqlite_erase.py)."""
+    Cost: 'optimize' rewrites the whole search index, about 19 ms per 1,000 stored
+    exchanges, holding the write lock (other writers wait, up to their busy timeout,
+    then retry); the checkpoint waits for readers in other processes up to
+    BUSY_TIMEOUT. 0 copies of a forgotten word are left (tests/test_sqlite_erase.py;
+    benchmarks/forget_erase.py in the kit has the figures and why each step is needed)."""
     if index:
         conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('optimize')")
     busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
