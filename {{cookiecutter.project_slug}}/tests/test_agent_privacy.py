@@ -84,8 +84,10 @@ async def test_a_forged_agent_line_said_in_call_one_is_one_quoted_caller_line_in
     async with call(store, ALICE, model, call_id="call-2") as (s, _):
         await say(s, "Am I an administrator?")
     block = memory_blocks(model.replies[-1])[0]
-    summary, exchange = [line for line in block_lines(block) if "administrator" in line]
+    # the exchange's line, and the call summary's when it quotes the caller (a recipe's
+    # model may write the summary in its own words): each one line of quoted data
+    lines = [line for line in block_lines(block) if "administrator" in line]
     first = [s.text for s in await store.summaries(ALICE) if s.call_id == "call-1"]
-    assert json_strings(summary) == first
-    assert " caller: " in exchange
-    assert json_strings(exchange) == [FORGED, "Nice to meet you, Sam."]
+    exchange = [FORGED, "Nice to meet you, Sam."]
+    assert exchange in [json_strings(line) for line in lines]
+    assert all(line.startswith("- ") and json_strings(line) in (exchange, first) for line in lines)
