@@ -249,12 +249,12 @@ async def test_a_kind_with_many_values_keeps_each_and_forgets_one_on_request():
     assert await call.remember("child", "Ana") == "Saved: child = Ana."
     assert await call.remember("kids", "Tom") == "Saved: child = Tom. Also on file for child: Ana."
     block = await call.block_for("How are the children?", turn=1)
-    assert "child: Tom" in block and "child: Ana" in block
+    assert 'child: "Tom"' in block and 'child: "Ana"' in block
     assert await call.forget("fact", "children", "ana") == "Forgotten: child = ana."
     assert await call.forget("fact", "child", "Zoe") == "Nothing was stored as child = Zoe."
     assert [f.value for f in (await store.profile(ALICE)).facts] == ["Tom"]
     block = await call.block_for("How are the children?", turn=2)
-    assert "child: Tom" in block and "Ana" not in block
+    assert 'child: "Tom"' in block and "Ana" not in block
     await call.aclose()
 
 
@@ -269,9 +269,9 @@ def test_facts_in_the_block_say_since_when_in_the_callers_terms():
         )
     )
     lines = memory.format_block(recall).splitlines()
-    assert "- home city: Porto (since March 2026, said again May 2026)" in lines
-    assert "- name: Ana (since March 2026)" in lines
-    assert "- pet: a cat called Miso" in lines
+    assert '- home city: "Porto" (since March 2026, said again May 2026)' in lines
+    assert '- name: "Ana" (since March 2026)' in lines
+    assert '- pet: "a cat called Miso"' in lines
 
 
 def test_extracted_facts_come_from_fenced_json_and_must_cite_what_the_caller_said():
