@@ -644,13 +644,16 @@ class HostedStore:
             if retry is None:
                 # The service's answer may quote what it was sent (the caller's words):
                 # only its status above DEBUG.
+                why = type(exc).__name__
+                if isinstance(exc, ServiceRejected):
+                    why = f"status {exc.status}"
                 logger.error(
                     "memory: %s rejected %s %s of caller %s (%s); it stays in %s",
                     self.service.name,
                     row.item.kind,
                     row.item.id,
                     row.item.caller_id,
-                    f"status {exc.status}" if isinstance(exc, ServiceRejected) else type(exc).__name__,
+                    why,
                     self._outbox.path,
                 )
                 logger.debug("memory: %s's answer: %s", self.service.name, exc)
