@@ -23,7 +23,7 @@ async def test_the_demo_labels_scripted_replies_and_prints_what_the_model_reads(
     await store.close()
     block = memory.format_block(memory.Recall(facts=profile.facts))
     facts = [line for line in block.splitlines() if line.startswith("- ")]
-    assert any(line.startswith("- home city: Lisbon") for line in facts)
+    assert any(line.startswith('- home city: "Lisbon"') for line in facts)
     saved = out.split("== call 2")[0]
     assert all(f"  {line}" in saved.splitlines() for line in facts)
     assert "home_city" not in out
