@@ -136,7 +136,7 @@ class Assistant(Agent):
         Args:
             query: What to look for, in the caller's words, e.g. "sister's restaurant".
         """
-        return await self.call.block_for(query) or "Memory is off for this call."
+        return await self.call.lookup(query)
 
     @function_tool
     async def remember(self, context: RunContext, kind: str, value: str) -> str:

@@ -45,7 +45,7 @@ async def test_a_failing_store_answers_the_tool_with_a_sentence(store):
         result = await session.run(user_input="What does my sister eat?")
         result.expect.next_event().is_function_call(name="recall_memory")
         result.expect.next_event().is_function_call_output(is_error=False)
-    assert tool_output(model.requests[-1]) == memory.MEMORY_UNAVAILABLE
+    assert tool_output(model.requests[-1]).startswith(memory.MEMORY_UNAVAILABLE)
 
 
 async def test_exchanges_are_still_captured(store):
@@ -90,3 +90,26 @@ async def test_the_real_entrypoint_keeps_the_profile_in_the_instructions_and_sav
     assert [e.user_text for e in await store.exchanges("alice")][-1] == "What does my sister eat?"
     assert len((await store.profile("alice")).summaries) == 2
     await store.close()
+
+
+async def test_the_recall_tool_finds_the_fact_asked_about_among_many(store):
+    await store.remember(CALLER, memory.Fact("allergy", "penicillin", 1.0))
+    for n in range(40):
+        await store.remember(CALLER, memory.Fact(f"note {n}", f"detail number {n} " * 4, 2.0 + n))
+    model = ScriptedLLM(["Hello!", ToolCall("recall_memory", {"query": "allergic medicine"}), "OK"])
+    async with call(store, CALLER, model) as (session, _):
+        await session.run(user_input="Which medicine am I allergic to?")
+    found = tool_output(model.requests[-1])
+    assert "allergy: penicillin" in found and "note 1" not in found
+
+
+async def test_the_recall_tool_says_plainly_when_nothing_matched(store):
+    await store.remember(CALLER, memory.Fact.of("name", "Maria"))
+    async with call(store, CALLER, ScriptedLLM()) as (session, _):
+        await session.run(user_input="My sister Ana is vegetarian.")
+    model = ScriptedLLM(["Hello!", ToolCall("recall_memory", {"query": "boat trip"}), "No."])
+    async with call(store, CALLER, model, call_id="call-2") as (session, _):
+        await session.run(user_input="Remember my boat trip?")
+    found = tool_output(model.requests[-1])
+    assert found.startswith('Nothing from earlier calls matches "boat trip".')
+    assert "Maria" not in found and "vegetarian" not in found

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import pytest
 from livekit import rtc
@@ -18,7 +19,7 @@ from livekit.rtc._proto import handle_pb2, participant_pb2
 import agent
 import memory
 from tests.conftest import call
-from tests.doubles import Counting, Failing, Slow
+from tests.doubles import Counting, Failing, Slow, make_exchange
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
 
 ALICE = "alice@example.com"
@@ -64,6 +65,55 @@ async def test_call_two_hears_what_call_one_said(store_url):
     await second.close()
 
 
+async def test_a_call_at_8_30_pm_in_los_angeles_on_29_november_is_dated_29_november(
+    store, monkeypatch
+):
+    monkeypatch.setenv(memory.TIMEZONE_SETTING, "America/Los_Angeles")
+    la_evening = 1796013000.0  # 2026-11-29 20:30 in Los Angeles = 2026-11-30 04:30 UTC
+    await store.save(make_exchange(1, ALICE, "I booked the dentist for Tuesday", at=la_evening))
+    two_days_later = la_evening + 2 * 86400
+    model = ScriptedLLM()
+    async with call(store, ALICE, model, call_id="call-2", clock=lambda: two_days_later) as (
+        session,
+        _,
+    ):
+        await say(session, "When did I book the dentist?")
+    block = last_block(model)
+    assert '- 2026-11-29 caller: "I booked the dentist for Tuesday"' in block
+    assert "2026-11-30" not in block
+    assert "It is now Tuesday, 1 December 2026, 20:30 (America/Los_Angeles time)" in block
+
+
+async def test_a_fact_the_caller_asks_about_is_never_dropped_for_newer_ones(store):
+    now = time.time()
+    allergy = "penicillin, found after a bad reaction in 2019; avoid every penicillin"
+    await store.remember(ALICE, memory.Fact("allergy", allergy, now - 1000))
+    for n in range(40):  # 41 facts in all, newer ones more than fill the facts' share
+        await store.remember(ALICE, memory.Fact(f"note {n:02d}", "x" * 40, now - n))
+    model = ScriptedLLM()
+    async with call(store, ALICE, model) as (session, _):
+        await say(session, "Which medicine am I allergic to?")
+    assert allergy not in last_block_of(model.requests[0])  # the greeting's, no question
+    assert allergy in last_block(model)
+
+
+async def test_the_agents_past_claim_is_never_presented_as_the_callers_words(store):
+    model = ScriptedLLM(
+        ["Hi!", "Since you're allergic to peanuts, I'll ask for a nut-free table.", "Noted."]
+    )
+    async with call(store, ALICE, model) as (session, _):
+        await say(session, "Can you book me a table at Luigi's for Friday?")
+        await say(session, "I'm allergic to shellfish, by the way.")
+    model = ScriptedLLM()
+    async with call(store, ALICE, model, call_id="call-2") as (session, _):
+        await say(session, "What am I allergic to?")
+    block = last_block(model)
+    exchanges, _, claims = block.partition(memory.AGENT_CLAIMS_TITLE)
+    assert 'caller: "I\'m allergic to shellfish, by the way."' in exchanges
+    assert "peanuts" not in exchanges
+    assert "you: \"Since you're allergic to peanuts" in claims
+
+
 async def test_the_block_sits_just_before_the_callers_latest_words(store):
     await store.remember(ALICE, memory.Fact.of("name", "Alice"))
     model = ScriptedLLM()
@@ -80,7 +130,7 @@ async def test_another_caller_hears_nothing_of_it(store):
     model = ScriptedLLM()
     async with call(store, BOB, model, call_id="call-2") as (session, _):
         await say(session, "What is my locker code and my dog's name?")
-    assert last_block(model) == memory.NOTHING_KNOWN
+    assert last_block(model).splitlines()[0] == memory.NOTHING_KNOWN
     assert all("4417" not in str(r.items) and "Biscuit" not in str(r.items) for r in model.replies)
 
 
@@ -88,7 +138,7 @@ async def test_a_new_caller_gets_the_one_sentence_nothing_known_block(store):
     model = ScriptedLLM()
     async with call(store, ALICE, model) as (session, _):
         await say(session, "Do you remember me?")
-    assert last_block(model) == memory.NOTHING_KNOWN
+    assert last_block(model).splitlines()[0] == memory.NOTHING_KNOWN
     assert memory.NOTHING_KNOWN.count(".") <= 2  # short: one statement, one instruction
 
 
@@ -151,7 +201,7 @@ async def test_a_failing_store_still_gets_a_reply_and_warns_once(store, caplog):
         async with call(store, ALICE, model) as (session, _):
             await say(session, "First question?")
             await say(session, "Second question?")
-    assert last_block(model) == memory.MEMORY_UNAVAILABLE
+    assert last_block(model).splitlines()[0] == memory.MEMORY_UNAVAILABLE
     assert memory.NOTHING_KNOWN not in str(model.replies[-1].items)
     warnings = [r for r in caplog.records if "recall failed" in r.getMessage()]
     assert len(warnings) == 1

@@ -126,13 +126,83 @@ def test_a_cap_too_small_for_the_block_is_refused():
 
 @pytest.mark.parametrize("cap", [memory.MIN_BLOCK_CHARS, 500, 1000, 2000, 4000])
 @pytest.mark.parametrize("partial", [False, True])
-def test_the_block_never_exceeds_its_cap(cap, partial):
+@pytest.mark.parametrize("now", [None, time.time()])
+def test_the_block_never_exceeds_its_cap(cap, partial, now):
     recall = memory.Recall(
         facts=tuple(fact(n, "v" * (n * 37 % 300 + 1)) for n in range(12)),
         summaries=tuple(memory.Summary(f"c{n}", "s" * (n * 91 % 400 + 1), 0.0) for n in range(3)),
         exchanges=tuple(exchange(n, text="t" * (n * 53 % 700 + 1)) for n in range(8)),
     )
-    assert len(memory.format_block(recall, max_chars=cap, partial=partial)) <= cap
+    assert len(memory.format_block(recall, max_chars=cap, partial=partial, now=now)) <= cap
+
+
+def test_facts_and_summaries_the_question_is_about_go_first():
+    recall = memory.Recall(
+        facts=(
+            *(fact(n, "abcdefghij") for n in range(10, 40)),
+            memory.Fact("allergy", "penicillin"),
+        ),
+        summaries=(
+            memory.Summary("c2", "talked about the weather", 2.0),
+            memory.Summary("c1", "booked the dentist for Tuesday", 1.0),
+        ),
+    )
+    block = memory.format_block(recall, max_chars=1000, query="When is my dentist booking?")
+    assert block.index("booked the dentist") < block.index("the weather")
+    block = memory.format_block(recall, max_chars=1000, query="Am I allergic to anything?")
+    assert "- allergy: penicillin" in block and "note 39" not in block
+    assert "- allergy: penicillin" not in memory.format_block(recall, max_chars=1000)
+
+
+@pytest.mark.parametrize(
+    ("asked", "text", "found"),
+    [
+        ("Which medicine am I allergic to?", "allergy: penicillin", 1),
+        ("my booking", "I booked a table", 1),
+        ("the cat", "category", 0),
+        ("我上海出差的事情", "下周二我要去上海出差", 3),
+        ("what did you do", "what did you do", 0),
+    ],
+)
+def test_relevance_counts_the_query_words_a_text_holds(asked, text, found):
+    assert memory.relevance(memory.query_words(asked), text) == found
+
+
+LA_EVENING = 1796013000.0  # 20:30 on Sunday 29 November 2026 in Los Angeles (04:30 UTC the 30th)
+
+
+def test_dates_are_shown_in_the_deployment_zone_and_the_zone_is_named(monkeypatch):
+    monkeypatch.setenv(memory.TIMEZONE_SETTING, "America/Los_Angeles")
+    recall = memory.Recall(
+        summaries=(memory.Summary("c1", "talked about the dentist", LA_EVENING),),
+        exchanges=(make_exchange(1, text="book the dentist", at=LA_EVENING),),
+    )
+    block = memory.format_block(recall, now=LA_EVENING)
+    assert '- 2026-11-29 caller: "book the dentist"' in block
+    assert "- 2026-11-29: talked about the dentist" in block
+    assert "2026-11-30" not in block
+    assert block.endswith(
+        "It is now Sunday, 29 November 2026, 20:30 (America/Los_Angeles time); "
+        "dates in this block are in that zone."
+    )
+    # the one-sentence blocks carry the time too
+    for empty in (memory.Recall(), None):
+        assert "Sunday, 29 November 2026, 20:30" in memory.format_block(empty, now=LA_EVENING)
+
+
+def test_without_the_setting_dates_follow_the_machines_zone(monkeypatch):
+    monkeypatch.delenv(memory.TIMEZONE_SETTING, raising=False)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert memory.zone_name(memory.deployment_zone()) == "Asia/Tokyo"
+    assert memory.local_date(LA_EVENING, fmt="%d %B %Y %H:%M") == "30 November 2026 13:30"
+
+
+def test_an_unknown_zone_name_is_refused_by_name_and_the_block_says_utc(monkeypatch):
+    monkeypatch.setenv(memory.TIMEZONE_SETTING, "Mars/Olympus_Mons")
+    with pytest.raises(ValueError, match="MEMORY_TIMEZONE='Mars/Olympus_Mons'"):
+        memory.deployment_zone()
+    block = memory.format_block(memory.Recall(), now=LA_EVENING)
+    assert "Monday, 30 November 2026, 04:30 (UTC time)" in block
 
 
 def test_an_exchange_said_twice_appears_once_in_the_block():

@@ -187,7 +187,9 @@ async def test_a_worker_without_the_schema_says_so_once_and_calls_go_on_without_
         store = memory.open_store(url)  # prewarm: no crash
         for n in range(3):  # three calls in this process
             call = memory.CallMemory(store, ALICE, f"call-{n}", recall_budget=0.5)
-            assert await call.block_for("Where do I live?", turn=1) == memory.MEMORY_UNAVAILABLE
+            assert str(await call.block_for("Where do I live?", turn=1)).startswith(
+                memory.MEMORY_UNAVAILABLE
+            )
             assert (await call.remember("city", "Porto")).startswith("Saving that failed")
             call.capture("user", "u1", "hello")
             await call.aclose()
@@ -396,7 +398,9 @@ async def test_a_read_stuck_on_the_server_is_abandoned_there_too(store, store_ur
         blocker.execute(f"LOCK TABLE {s}.facts IN ACCESS EXCLUSIVE MODE")  # e.g. a migration
         call = memory.CallMemory(store, ALICE, "call-1")
         started = time.monotonic()
-        assert await call.block_for("hello there", turn=1) == memory.MEMORY_UNAVAILABLE
+        assert str(await call.block_for("hello there", turn=1)).startswith(
+            memory.MEMORY_UNAVAILABLE
+        )
         assert time.monotonic() - started < memory.RECALL_BUDGET + 0.1
         await asyncio.sleep(postgres_store.READ_TIMEOUT + 0.5)
         waiting = blocker.execute(
@@ -611,7 +615,7 @@ async def test_a_server_down_at_start_up_is_logged_once_and_calls_go_on(throwawa
     assert time.monotonic() - started < postgres_store.CONNECT_TIMEOUT + 1
     for n in range(3):
         call = memory.CallMemory(store, ALICE, f"call-{n}")
-        assert await call.block_for("hello", turn=1) == memory.MEMORY_UNAVAILABLE
+        assert str(await call.block_for("hello", turn=1)).startswith(memory.MEMORY_UNAVAILABLE)
         await call.aclose(timeout=0.5)
     (said,) = store_log(caplog)
     assert said.startswith(
@@ -641,7 +645,9 @@ def test_a_server_out_of_connection_slots_at_start_up_is_logged_once_and_calls_g
         async def calls() -> None:
             for n in range(3):
                 call = memory.CallMemory(store, ALICE, f"call-{n}")
-                assert await call.block_for("hello", turn=1) == memory.MEMORY_UNAVAILABLE
+                assert str(await call.block_for("hello", turn=1)).startswith(
+                    memory.MEMORY_UNAVAILABLE
+                )
                 await asyncio.sleep(postgres_store.READ_TIMEOUT)
                 await call.aclose(timeout=0.2)
             for conn in others:
