@@ -13,7 +13,11 @@ recency-only block as a baseline. See benchmarks/README.md for the figures.
 Usage (the data is never copied into this repository):
 
     python benchmarks/locomo_recall.py --data PATH/TO/locomo_dev.json \
-        [--conversations N] [--out results.json] [--max-block-chars N] [--per-question]
+        [--conversations N] [--out results.json] [--max-block-chars N] [--per-question] \
+        [--memory-url URL] [--held-out conv-26,conv-48]
+
+Figures are printed for the conversations used to tune the design, for the held-out
+ones (--held-out: never looked at while tuning) and for all.
 
 Dataset: LoCoMo, A. Maharana, D.-H. Lee, S. Tulyakov, M. Bansal, F. Barbieri,
 Y. Fang, "Evaluating Very Long-Term Conversational Memory of LLM Agents", ACL 2024
@@ -35,6 +39,12 @@ Replay rules (each is a choice; see README):
   The agent does not save greetings, so evidence only in such a turn is lost; the
   benchmark counts it.
 - A turn that shared a photo is fed as ``text + " [shares a photo: CAPTION]"``.
+- Each call happens on its session's own date (``session_<n>_date_time``, read as
+  UTC; the generated memory shows dates in MEMORY_TIMEZONE=UTC): the call's clock and
+  every captured message's time are shifted by the same amount, so exchanges are
+  stamped with the session's date and time (call summaries keep the store's own
+  write time: ``save_summary`` takes no time). Question calls happen a day after
+  the conversation's last session.
 - Every call is built by the generated ``agent.build_agent``, as agent.py's entrypoint
   and tests/conftest.py build it: CallMemory preload, capture, the Assistant's llm_node
   recall; then the greeting played out, and CallMemory.aclose (with a reason, as
@@ -72,6 +82,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +154,7 @@ class Run:
 @dataclass
 class Session:
     number: int
+    at: float  # when the session happened (session_<n>_date_time, as UTC), epoch seconds
     greeting_ids: list[str]
     greeting_texts: list[str]
     runs: list[Run]
@@ -206,7 +218,13 @@ def load_conversation(record: dict[str, Any]) -> Conversation:
                 )
             )
         sessions.append(
-            Session(n, [t["dia_id"] for t in greeting], [fed[t["dia_id"]] for t in greeting], runs)
+            Session(
+                n,
+                session_time(conv[f"session_{n}_date_time"]),
+                [t["dia_id"] for t in greeting],
+                [fed[t["dia_id"]] for t in greeting],
+                runs,
+            )
         )
     c = Conversation(record["sample_id"], caller, other, sessions, fed, qa=record.get("qa", []))
     for s in sessions:
@@ -220,6 +238,12 @@ def load_conversation(record: dict[str, Any]) -> Conversation:
                     c.side_limit[d] = limit
                     offset += len(norm(fed[d])) + 1
     return c
+
+
+def session_time(text: str) -> float:
+    """The session time ("1:56 pm on 8 May, 2023") in seconds since the epoch, as UTC."""
+    at = datetime.strptime(" ".join(text.split()), "%I:%M %p on %d %B, %Y")
+    return at.replace(tzinfo=UTC).timestamp()
 
 
 def evidence_ids(evidence: list[Any], existing: dict[str, str]) -> list[str]:
@@ -252,6 +276,22 @@ def found_in_block(c: Conversation, dia_id: str, block: str) -> bool:
 # -- Measuring ------------------------------------------------------------------------
 
 
+def on_date(call: Any, at: float) -> None:
+    """Make one call happen at ``at`` (epoch seconds): its clock (the block's "now")
+    and the time of every message it captures move by the same amount, so order and
+    gaps stay as they were."""
+    shift = at - time.time()
+    capture = call.capture
+
+    def dated(role: str, item_id: str, text: str | None, **kwargs: Any) -> None:
+        created = kwargs.get("created_at")
+        kwargs["created_at"] = (time.time() if created is None else created) + shift
+        capture(role, item_id, text, **kwargs)
+
+    call.capture = dated
+    call.clock = lambda: time.time() + shift
+
+
 def collect_call_garbage() -> None:
     """Free one call's reference cycles (~640 objects from the AgentSession machinery),
     outside every measured region. A LiveKit worker runs each job in its own process;
@@ -271,7 +311,12 @@ def pct(values: list[float], q: float) -> float:
 
 class Bench:
     def __init__(
-        self, project: Path, db_dir: Path, max_block_chars: int | None, memory_url: str | None
+        self,
+        project: Path,
+        db_dir: Path,
+        max_block_chars: int | None,
+        memory_url: str | None,
+        held_out: set[str],
     ) -> None:
         sys.path.insert(0, str(project))
         import agent  # the generated project's modules, from sys.path
@@ -287,6 +332,7 @@ class Bench:
         )
         self.db_dir = db_dir
         self.memory_url = memory_url
+        self.held_out = held_out
         self.max_block_chars = (
             max_block_chars if max_block_chars is not None else memory.MAX_BLOCK_CHARS
         )
@@ -339,6 +385,7 @@ class Bench:
                     session, store, caller_id, call_id, model=model
                 )
                 call = assistant.call
+                on_date(call, s.at)
 
                 @session.on("conversation_item_added")
                 def _map(ev: Any, current: dict[str, list[str]] = current) -> None:
@@ -401,7 +448,7 @@ class Bench:
         ).splitlines()[-1]
 
     async def ask(
-        self, store: Any, caller_id: str, call_id: str, question: str
+        self, store: Any, caller_id: str, call_id: str, question: str, at: float
     ) -> tuple[str, float]:
         """One fresh call, the question as the caller's typed turn: the memory block the
         model got for it and how long llm_node waited for it."""
@@ -413,6 +460,7 @@ class Bench:
             call = assistant.call
             call.capturing = False  # the question is not saved: the store stays as replayed
             call.max_block_chars = self.max_block_chars
+            on_date(call, at)
             waits_of_call = self.timed(call)
             await self._start(session, assistant)
             await asyncio.wait_for(session.run(user_input=question), 30)
@@ -450,13 +498,15 @@ class Bench:
                     skipped += 1
                     continue
                 q = str(qa["question"])
-                block, wait = await self.ask(store, caller_id, f"{c.sample_id}-q{n}", q)
+                asked_at = c.sessions[-1].at + 86400.0  # a day after the last session
+                block, wait = await self.ask(store, caller_id, f"{c.sample_id}-q{n}", q, asked_at)
                 rec: dict[str, Any] = {
                     "sample_id": c.sample_id,
                     "qa_index": n,
                     "category": int(qa["category"]),
                     "evidence": ev,
                     "greeting_evidence": [d for d in ev if d in c.greeting_turns],
+                    "held_out": c.sample_id in self.held_out,
                     "block_chars": len(block),
                     "block_wait_ms": round(wait * 1000, 4),
                 }
@@ -507,6 +557,13 @@ def score(rec: dict[str, Any], key: str) -> float:
     return len(rec[key]) / len(rec["evidence"])
 
 
+def kept_score(rec: dict[str, Any]) -> float | None:
+    """Evidence in the block among the turns the product keeps (greetings are not
+    saved by design); None when every evidence turn of the question is a greeting."""
+    kept = [d for d in rec["evidence"] if d not in rec["greeting_evidence"]]
+    return len([d for d in rec["found_in_block"] if d in kept]) / len(kept) if kept else None
+
+
 def summarise(questions: list[dict[str, Any]]) -> dict[str, Any]:
     groups: dict[str, list[dict[str, Any]]] = {
         str(k): [q for q in questions if q["category"] == k] for k in CATEGORIES
@@ -524,6 +581,9 @@ def summarise(questions: list[dict[str, Any]]) -> dict[str, Any]:
         row: dict[str, Any] = {"n": len(qs)}
         for label, key in keys.items():
             row[label] = round(statistics.fmean(score(q, key) for q in qs), 4) if qs else None
+        kept = [s for q in qs if (s := kept_score(q)) is not None]
+        row["block_kept_evidence"] = round(statistics.fmean(kept), 4) if kept else None
+        row["n_kept"] = len(kept)
         for k in RECALL_KS:
             row[f"mean_turns_in_top_{k}"] = (
                 round(statistics.fmean(q[f"turns_in_top_{k}"] for q in qs), 2) if qs else None
@@ -563,6 +623,13 @@ def block_stats(questions: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_exchanges_in_block": round(
             statistics.fmean(q["exchanges_in_block"] for q in questions), 2
         ),
+        "block_chars_p50_p90_p99_max": [
+            pct([q["block_chars"] for q in questions], p) for p in (50, 90, 99, 100)
+        ],
+        "block_chars_histogram": {
+            f"{lo}-{lo + 499}": sum(1 for q in questions if lo <= q["block_chars"] < lo + 500)
+            for lo in range(0, max(q["block_chars"] for q in questions) + 1, 500)
+        },
         "exchanges_in_block_histogram": {
             str(n): sum(1 for q in questions if q["exchanges_in_block"] == n)
             for n in sorted({q["exchanges_in_block"] for q in questions})
@@ -580,17 +647,20 @@ def markdown(summary: dict[str, Any], lat: dict[str, Any], cap: int, recall_limi
             "(1 exchange ~ 2 turns; the BM25 reference ranks single turns)"
         ),
         "",
-        "| category | n | agent block | recency block | R@5 exch. | R@10 exch. | BM25 ref. R@5 turns | R@10 turns |",  # noqa: E501 (a table row)
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| category | n | agent block | kept evidence only (n) | recency block | R@5 exch. | R@10 exch. | BM25 ref. R@5 turns | R@10 turns |",  # noqa: E501 (a table row)
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for key, row in summary.items():
         name = f"{key} {CATEGORIES[int(key)]}" if key.isdigit() else f"overall {key}"
         ref = BASELINE_BM25.get(int(key) if key.isdigit() else key)
         refs = f"{ref[1]:.3f} | {ref[2]:.3f}" if ref else "- | -"
         rows.append(
-            f"| {name} | {row['n']} | {f(row['block'])} | {f(row['recency_block'])} | "
+            f"| {name} | {row['n']} | {f(row['block'])} | "
+            f"{f(row['block_kept_evidence'])} ({row['n_kept']}) | {f(row['recency_block'])} | "
             f"{f(row['recall@5'])} | {f(row['recall@10'])} | {refs} |"
         )
+    if not lat:
+        return "\n".join(rows)
     rows += [
         "",
         "| latency per question | p50 ms | p95 ms | max ms |",
@@ -620,7 +690,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         render_s = time.perf_counter() - t
         db_dir = tmp_path / "db"
         db_dir.mkdir()
-        bench = Bench(project, db_dir, args.max_block_chars, args.memory_url)
+        os.environ["MEMORY_TIMEZONE"] = "UTC"  # session dates are read as UTC
+        held_out = {s for s in args.held_out.split(",") if s}
+        bench = Bench(project, db_dir, args.max_block_chars, args.memory_url, held_out)
         warnings = _count_warnings()
         # The parsed data set and the imported libraries are long-lived: keep them out
         # of the collector's scans (see collect_call_garbage).
@@ -640,6 +712,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )
     questions = [q for c in convs for q in c["questions"]]
     summary = summarise(questions)
+    by_group = {
+        "tuning": summarise([q for q in questions if not q["held_out"]]),
+        "held_out": summarise([q for q in questions if q["held_out"]]),
+    }
     lat = latency(questions)
     greeting_pairs = sum(len(q["greeting_evidence"]) for q in questions)
     greeting_turns = len({(q["sample_id"], d) for q in questions for d in q["greeting_evidence"]})
@@ -652,6 +728,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "name": "LoCoMo (Maharana et al., ACL 2024, arXiv:2402.17753)",
             "license": "CC BY-NC 4.0",
             "conversations": [c["sample_id"] for c in convs],
+            "held_out": sorted(held_out),
         },
         "template": template_revision(),
         "config": {
@@ -682,6 +759,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             },
         },
         "summary": summary,
+        "summary_by_group": by_group,
         "block_stats": block_stats(questions),
         "latency": lat,
         "timing_s": {
@@ -746,6 +824,11 @@ def main() -> None:
         " It must be empty: e.g. a fresh PostgreSQL schema after postgres_store.py upgrade",
     )
     parser.add_argument(
+        "--held-out",
+        default="conv-26,conv-48",
+        help="conversations kept out of tuning, reported apart (comma-separated sample ids)",
+    )
+    parser.add_argument(
         "--per-question",
         action="store_true",
         help="also write one record per question to --out (ids and scores, no text; ~0.5 MB)",
@@ -768,11 +851,15 @@ def main() -> None:
             text = text[:-2] + ',\n "questions": [\n  ' + rows + "\n ]\n}"
         args.out.write_text(text + "\n")
     cfg = result["config"]
-    print(
-        markdown(
-            result["summary"], result["latency"], cfg["max_block_chars"], cfg["recall_exchanges"]
-        )
-    )
+    held = ", ".join(result["dataset"]["held_out"]) or "none"
+    for title, summary in (
+        (f"Conversations used for tuning (all but {held})", result["summary_by_group"]["tuning"]),
+        (f"Held out from tuning ({held})", result["summary_by_group"]["held_out"]),
+        ("All conversations", result["summary"]),
+    ):
+        print(f"\n## {title}\n")
+        lat = result["latency"] if title.startswith("All") else {}
+        print(markdown(summary, lat, cfg["max_block_chars"], cfg["recall_exchanges"]))
     c = result["counts"]
     print(
         f"\n{c['questions_scored']} questions scored ({c['questions_skipped_no_evidence']} without usable "  # noqa: E501
@@ -786,6 +873,12 @@ def main() -> None:
             f"agent block: mean {b['mean_block_chars']:.0f} chars, of which exchange lines "
             f"{b['mean_exchange_chars']:.0f}; exchanges shown {b['mean_exchanges_in_block']:.2f} "
             f"of {b['mean_exchanges_ranked']:.2f} ranked"
+        )
+        print(
+            "block size, chars: p50 / p90 / p99 / max "
+            + " / ".join(str(v) for v in b["block_chars_p50_p90_p99_max"])
+            + "; histogram "
+            + ", ".join(f"{k}: {v}" for k, v in b["block_chars_histogram"].items())
         )
 
 

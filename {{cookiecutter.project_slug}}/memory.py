@@ -58,8 +58,8 @@ WRITE_TIMEOUT = 2.0
 """Seconds one fact or forget write may take. A store applies it within this time or
 not at all, so what the model is told ("saved", "failed") stays true."""
 
-MAX_BLOCK_CHARS = 2000
-"""Size cap of the memory block, in characters (~500 tokens)."""
+MAX_BLOCK_CHARS = 3000
+"""Size cap of the memory block, in characters (~750 tokens)."""
 MIN_BLOCK_CHARS = 400
 """The smallest cap allowed: room for the header, the unavailable sentence and a fact."""
 
@@ -90,8 +90,7 @@ STYLE_TITLE = (
     "else written here, and never mention these notes):"
 )
 AGENT_CLAIMS_TITLE = (
-    "Things only you (the agent) said in earlier calls, which the caller never said; "
-    "they may be wrong, so do not treat them as the caller's words or as facts:"
+    "Found only in your own past replies (your words, not the caller's; they may be wrong):"
 )
 NOTHING_MATCHED = (
     'Nothing from earlier calls matches "{query}". If the caller asked about it, say you '
@@ -906,8 +905,8 @@ def format_block(
     With ``query`` (the caller's latest words), facts and summaries that share words
     with it (``relevance``) go first, so what the caller asks about is never dropped
     for newer ones; an exchange that matches the query only through the agent's
-    reply is shown apart, as the agent's own words (``AGENT_CLAIMS_TITLE``), after
-    everything else, so a wrong claim of the agent's never reads as the caller's.
+    reply is listed apart, under ``AGENT_CLAIMS_TITLE`` (it keeps its rank for
+    room), so a wrong claim of the agent's never reads as the caller's.
 
     Raises ValueError if ``max_chars`` is below ``MIN_BLOCK_CHARS``.
     """
@@ -941,13 +940,13 @@ def format_block(
         return [title, *kept]
 
     asked = query_words(query)
-    claims: list[Exchange] = []
+    claims: set[Exchange] = set()
     if asked:
-        claims = [e for e in recall.exchanges if _agent_only(asked, e)]
+        claims = {e for e in recall.exchanges if _agent_only(asked, e)}
         recall = Recall(
             _by_relevance(asked, recall.facts, lambda f: f"{fact_label(f.kind)} {f.value}"),
             _by_relevance(asked, recall.summaries, lambda s: s.text),
-            tuple(e for e in recall.exchanges if e not in claims),
+            recall.exchanges,
         )
     style = take(
         [f"- {quoted(f.value, 200)}" for f in recall.facts if f.kind.startswith(STYLE_PREFIX)],
@@ -959,22 +958,23 @@ def format_block(
         "Facts the caller gave:",
         max_chars // 2,
     )
-    exchanges = take(
-        [_exchange_line(e, zone) for e in recall.exchanges],
-        "Earlier exchanges that may be related:",
-        max_chars,
+    # Exchanges take room by rank; those found only through the agent's reply are
+    # listed under a heading of their own (an empty section costs nothing).
+    sections: dict[bool, list[str]] = {False: [], True: []}
+    titles = {False: "Earlier exchanges that may be related:", True: AGENT_CLAIMS_TITLE}
+    for e in recall.exchanges:
+        section = sections[e in claims]
+        line = _exchange_line(e, zone)
+        cost = len(line) + 1 + (0 if section else len(titles[e in claims]) + 1)
+        if line not in section and cost <= room:
+            section.append(line)
+            room -= cost
+    exchanges, agent_claims = (
+        [titles[k], *sections[k]] if sections[k] else [] for k in (False, True)
     )
     summaries = take(
         [f"- {local_date(s.created_at, zone)}: {quoted(s.text, 300)}" for s in recall.summaries],
         "Latest calls:",
-        max_chars,
-    )
-    agent_claims = take(
-        [
-            f'- {local_date(e.created_at, zone)} you: "{_clip(e.assistant_text, 300)}"'
-            for e in claims
-        ],
-        AGENT_CLAIMS_TITLE,
         max_chars,
     )
     lines = [BLOCK_HEADER, *style, *facts, *summaries, *exchanges, *agent_claims]
@@ -1259,11 +1259,8 @@ def time_line(now: float, zone: tzinfo) -> str:
     try:
         d = datetime.fromtimestamp(now, zone)
     except (OverflowError, OSError, ValueError):
-        return f"Dates in this block are in {zone_name(zone)} time."
-    return (
-        f"It is now {d:%A}, {d.day} {d:%B %Y}, {d:%H:%M} ({zone_name(zone)} time); "
-        "dates in this block are in that zone."
-    )
+        return f"Dates here are in {zone_name(zone)} time."
+    return f"Now: {d:%A}, {d.day} {d:%B %Y}, {d:%H:%M} {zone_name(zone)} time (dates here too)."
 
 
 def _zone_or_utc() -> tzinfo:

@@ -81,7 +81,7 @@ async def test_a_call_at_8_30_pm_in_los_angeles_on_29_november_is_dated_29_novem
     block = last_block(model)
     assert '- 2026-11-29 caller: "I booked the dentist for Tuesday"' in block
     assert "2026-11-30" not in block
-    assert "It is now Tuesday, 1 December 2026, 20:30 (America/Los_Angeles time)" in block
+    assert "Now: Tuesday, 1 December 2026, 20:30 America/Los_Angeles time" in block
 
 
 async def test_a_fact_the_caller_asks_about_is_never_dropped_for_newer_ones(store):

@@ -182,8 +182,7 @@ def test_dates_are_shown_in_the_deployment_zone_and_the_zone_is_named(monkeypatc
     assert "- 2026-11-29: talked about the dentist" in block
     assert "2026-11-30" not in block
     assert block.endswith(
-        "It is now Sunday, 29 November 2026, 20:30 (America/Los_Angeles time); "
-        "dates in this block are in that zone."
+        "Now: Sunday, 29 November 2026, 20:30 America/Los_Angeles time (dates here too)."
     )
     # the one-sentence blocks carry the time too
     for empty in (memory.Recall(), None):
@@ -202,7 +201,7 @@ def test_an_unknown_zone_name_is_refused_by_name_and_the_block_says_utc(monkeypa
     with pytest.raises(ValueError, match="MEMORY_TIMEZONE='Mars/Olympus_Mons'"):
         memory.deployment_zone()
     block = memory.format_block(memory.Recall(), now=LA_EVENING)
-    assert "Monday, 30 November 2026, 04:30 (UTC time)" in block
+    assert "Monday, 30 November 2026, 04:30 UTC time" in block
 
 
 def test_an_exchange_said_twice_appears_once_in_the_block():
@@ -391,7 +390,7 @@ async def test_closing_the_call_while_a_reply_waits_on_recall_does_not_raise():
     waiting = asyncio.create_task(call.block_for("anything", turn=1))
     await asyncio.sleep(0.05)
     await call.aclose()
-    assert await waiting == memory.MEMORY_UNAVAILABLE
+    assert str(await waiting).startswith(memory.MEMORY_UNAVAILABLE)
 
 
 async def test_aclose_takes_the_shutdown_reason_livekit_passes_it():
