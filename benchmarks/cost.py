@@ -64,12 +64,29 @@ def exchange(text: Text, caller: str, n: int) -> memory.Exchange:
 
 
 def load(path: Path, batch: list[memory.Exchange]) -> None:
-    """Through the store's own write (its index as a save makes it) and into the bare
-    FTS5 table, in one transaction."""
+    """Into the store's table with the words a save indexes (sqlite_store.indexed_words;
+    its triggers keep the index) and into the bare FTS5 table, in one transaction."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
-    for e in batch:
-        sqlite_store._save(conn, e)
+    conn.executemany(
+        """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
+           assistant_text, interrupted, item_ids, created_at, user_words, reply_words)
+           VALUES (?, ?, ?, ?, ?, ?, 0, '[]', ?, ?, ?)""",
+        [
+            (
+                e.key,
+                e.caller_id,
+                sqlite_store.caller_key(e.caller_id),
+                e.call_id,
+                e.user_text,
+                e.assistant_text,
+                e.created_at,
+                sqlite_store.indexed_words(e.caller_id, e.user_text),
+                sqlite_store.indexed_words(e.caller_id, e.assistant_text),
+            )
+            for e in batch
+        ],
+    )
     conn.executemany(
         "INSERT INTO bare_fts (caller_key, user_text, assistant_text) VALUES (?, ?, ?)",
         [(sqlite_store.caller_key(e.caller_id), e.user_text, e.assistant_text) for e in batch],
