@@ -140,7 +140,7 @@ def test_facts_and_summaries_the_question_is_about_go_first():
     recall = memory.Recall(
         facts=(
             *(fact(n, "abcdefghij") for n in range(10, 40)),
-            memory.Fact("allergy", "penicillin"),
+            memory.Fact("allergy", "penicillin", 1.0),
         ),
         summaries=(
             memory.Summary("c2", "talked about the weather", 2.0),
