@@ -100,7 +100,7 @@ async def test_the_recall_tool_finds_the_fact_asked_about_among_many(store):
     async with call(store, CALLER, model) as (session, _):
         await session.run(user_input="Which medicine am I allergic to?")
     found = tool_output(model.requests[-1])
-    assert "allergy: penicillin" in found and "note 1" not in found
+    assert 'allergy: "penicillin"' in found and "note 1" not in found
 
 
 async def test_the_recall_tool_says_plainly_when_nothing_matched(store):

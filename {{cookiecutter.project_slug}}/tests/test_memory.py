@@ -150,8 +150,8 @@ def test_facts_and_summaries_the_question_is_about_go_first():
     block = memory.format_block(recall, max_chars=1000, query="When is my dentist booking?")
     assert block.index("booked the dentist") < block.index("the weather")
     block = memory.format_block(recall, max_chars=1000, query="Am I allergic to anything?")
-    assert "- allergy: penicillin" in block and "note 39" not in block
-    assert "- allergy: penicillin" not in memory.format_block(recall, max_chars=1000)
+    assert '- allergy: "penicillin"' in block and "note 39" not in block
+    assert '- allergy: "penicillin"' not in memory.format_block(recall, max_chars=1000)
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_dates_are_shown_in_the_deployment_zone_and_the_zone_is_named(monkeypatc
     )
     block = memory.format_block(recall, now=LA_EVENING)
     assert '- 2026-11-29 caller: "book the dentist"' in block
-    assert "- 2026-11-29: talked about the dentist" in block
+    assert '- 2026-11-29: "talked about the dentist"' in block
     assert "2026-11-30" not in block
     assert block.endswith(
         "Now: Sunday, 29 November 2026, 20:30 America/Los_Angeles time (dates here too)."
