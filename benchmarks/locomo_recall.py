@@ -54,14 +54,16 @@ Replay rules (each is a choice; see README):
 - Between calls, outside every timed region, the benchmark collects cyclic garbage
   (see collect_call_garbage).
 
-Evidence-in-block rule (per evidence turn): let T be the whitespace-normalised text
-fed for the turn and S the normalised text of the exchange side that holds it (the
-caller's run or the reply run, turns joined by one space), T starting at offset o
-in S. The turn is found if T occurs in the block, or, when S is longer than the
-side's clip limit L (500 characters for the caller side, 300 for the reply side,
-as memory.format_block clips them to their first L-1 characters plus "…"), if
-o < L-1 and T[:L-1-o] + "…" occurs in the block. A question's score is the share of
-its (normalised, existing) evidence turns found; LoCoMo's recall.
+Evidence-in-block rule (per evidence turn; texts compared as the block shows them,
+inside memory.quoted's JSON string, so quotes and backslashes escaped): let T be the
+whitespace-normalised text fed for the turn and S the normalised text of the
+exchange side that holds it (the caller's run or the reply run, turns joined by one
+space), T starting at offset o in S. The turn is found if T occurs in the block, or,
+when S is longer than the side's clip limit L (500 characters for the caller side,
+300 for the reply side, as memory.format_block clips them to their first L-1
+characters plus "…"), if o < L-1 and T[:L-1-o] + "…" occurs in the block. A
+question's score is the share of its (normalised, existing) evidence turns found;
+LoCoMo's recall.
 """
 
 from __future__ import annotations
@@ -263,14 +265,20 @@ def found_in_block(c: Conversation, dia_id: str, block: str) -> bool:
     if dia_id in c.greeting_turns or not block:
         return False  # greetings are not saved; nothing else can match by accident
     text = norm(c.fed[dia_id])
-    if text and text in block:
+    if text and as_shown(text) in block:
         return True
     offset, total = c.side[dia_id]
     limit = c.side_limit[dia_id]
     if total <= limit or offset >= limit - 1:
         return False
     prefix = text[: limit - 1 - offset]
-    return bool(prefix) and prefix + "…" in block
+    return bool(prefix) and as_shown(prefix + "…") in block
+
+
+def as_shown(text: str) -> str:
+    """Text as the block shows it inside memory.quoted's JSON string: quotes and
+    backslashes escaped (the clip is taken before escaping)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 # -- Measuring ------------------------------------------------------------------------
