@@ -254,7 +254,7 @@ def test_the_demo_shows_call_two_receiving_what_call_one_saved(cookies, recipe):
     demo = run([sys.executable, "demo.py"], cwd=result.project_path, timeout=120)
     assert demo.returncode == 0, demo.stderr[-3000:]
     saved, _, block = demo.stdout.partition("== the memory")
-    assert "- home city: Lisbon" in saved  # as the model reads it (format_block)
+    assert '- home city: "Lisbon"' in saved  # as the model reads it (format_block, quoted)
     assert "vegetarian" in saved
     assert "call 2's model" in block and 'name: "Maria"' in block
 
