@@ -90,9 +90,66 @@ def fts_query(text: str, caller_id: str) -> str | None:
     content words (``memory.query_words``), each behind the caller's prefix and
     quoted, joined by OR (so no word is ever read as FTS5 syntax). None when nothing
     is left to search for."""
+    return " OR ".join(_terms(memory.query_words(text), caller_id)) or None
+
+
+def _terms(words: list[str], caller_id: str) -> list[str]:
     prefix = caller_prefix(caller_id)
-    words = memory.query_words(text)
-    return " OR ".join(f'"{prefix}{w}"' for w in words) or None
+    return [f'"{prefix}{w}"' for w in words]
+
+
+MAX_RANKED = 1000
+"""Most rows one search ranks with BM25. FTS5 scores every matched row before it
+sorts, so a caller with thousands of exchanges whose question holds a word they say
+in most of them would pay for all of them (about 0.6 us of CPU each); which rows are
+matched is chosen within this bound instead (``search_terms``)."""
+
+
+def search_terms(conn: sqlite3.Connection, text: str, caller_id: str) -> tuple[str | None, int]:
+    """The FTS5 query that searches ``caller_id``'s exchanges for ``text`` (None when
+    none of its words is in them), and the lowest rowid worth ranking (0: all).
+
+    The query's words (``memory.query_words``) are counted in the caller's own rows
+    (each caller's words are their own terms, see ``caller_prefix``; a count stops at
+    MAX_RANKED + 1, so counting is bounded too). Rarest first, words *select* rows
+    while the rows they select together stay within MAX_RANKED; the others, common in
+    this caller's memory (a low inverse document frequency: they cost the most and
+    tell rows apart the least), only *rank* the selected rows:
+    ``(s1 OR s2) AND (s1 OR s2 OR c1 OR c2)`` (BM25 counts each selecting word twice).
+    The rarest word is always selecting, so a question of only common words still
+    finds something: then the newest MAX_RANKED rows that hold it are ranked (rowids
+    grow with time), found by walking the index without scoring."""
+    terms = _terms(memory.query_words(text), caller_id)
+    if not terms:
+        return None, 0
+    capped = (
+        "(SELECT count(*) FROM (SELECT 1 FROM exchanges_fts WHERE exchanges_fts MATCH ? "
+        f"LIMIT {MAX_RANKED + 1}))"
+    )
+    counts = conn.execute(f"SELECT {', '.join([capped] * len(terms))}", terms).fetchone()
+    select: list[str] = []
+    rank: list[str] = []
+    rows = 0
+    for n, i in sorted((n, i) for i, n in enumerate(counts) if n):
+        if select and rows + n > MAX_RANKED:
+            rank.append(terms[i])
+        else:
+            select.append(terms[i])
+            rows += n
+    if not select:
+        return None, 0
+    selecting = " OR ".join(select)
+    floor = 0
+    if rows > MAX_RANKED:
+        oldest = conn.execute(
+            "SELECT rowid FROM exchanges_fts WHERE exchanges_fts MATCH ? "
+            "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (selecting, MAX_RANKED - 1),
+        ).fetchone()
+        floor = oldest[0] if oldest else 0
+    if rank:
+        return f"({selecting}) AND ({selecting} OR {' OR '.join(rank)})", floor
+    return selecting, floor
 
 
 # Each entry moves a file from version N to N+1; `PRAGMA user_version` holds N: SQL,
@@ -454,8 +511,8 @@ class SQLiteStore:
                 (caller_id, RECENT_SUMMARIES),
             )
         )
-        match = fts_query(query, caller_id) if limit else None
-        exchanges = _search(conn, caller_id, match, exclude_call_id, limit) if match else ()
+        match, floor = search_terms(conn, query, caller_id) if limit else (None, 0)
+        exchanges = _search(conn, caller_id, match, floor, exclude_call_id, limit) if match else ()
         return Recall(facts, summaries, exchanges)
 
     async def history(self, caller_id: str) -> list[Fact]:
@@ -543,18 +600,24 @@ REPLY_WEIGHT = 1.0
 
 
 def _search(
-    conn: sqlite3.Connection, caller_id: str, match: str, exclude_call_id: str | None, limit: int
+    conn: sqlite3.Connection,
+    caller_id: str,
+    match: str,
+    floor: int,
+    exclude_call_id: str | None,
+    limit: int,
 ) -> tuple[Exchange, ...]:
-    # Rank in the index alone, then read only the best rows (not every matched row)
-    # and drop the current call's; ask for more if that left fewer than ``limit``.
+    # Rank in the index alone (rows from ``floor`` on, see search_terms), then read
+    # only the best rows (not every matched row) and drop the current call's; ask
+    # for more if that left fewer than ``limit``.
     want = limit * 2
     while True:
         ids = [
             r[0]
             for r in conn.execute(
-                f"""SELECT rowid FROM exchanges_fts WHERE exchanges_fts MATCH ?
+                f"""SELECT rowid FROM exchanges_fts WHERE exchanges_fts MATCH ? AND rowid >= ?
                     ORDER BY bm25(exchanges_fts, {USER_WEIGHT}, {REPLY_WEIGHT}) LIMIT ?""",
-                (match, want),
+                (match, floor, want),
             )
         ]
         rows = {

@@ -5,6 +5,7 @@ covers what every backend does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import sqlite3
@@ -35,6 +36,59 @@ async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
     await store.save(make_exchange(1, text="what did you do"))
     assert (await store.recall(ALICE, "what did you do?")).exchanges == ()
     assert sqlite_store.fts_query("what did you ... do?", ALICE) is None
+
+
+# A caller with many exchanges: the words of a question are counted in the caller's
+# own rows, and those the caller says all the time are left out of the search so it
+# ranks at most MAX_RANKED rows (benchmarks/cost.py in the kit measures the time).
+NAMES = ["Ann", "Ben", "Cid", "Dan", "Eve", "Fay", "Gus", "Hal", "Ida", "Jon"]
+
+
+async def _coffee_every_call(store, monkeypatch, count: int = 10) -> list[memory.Exchange]:
+    monkeypatch.setattr(sqlite_store, "MAX_RANKED", 4)
+    said = [
+        make_exchange(n, text=f"coffee with {name} again", call_id=f"call-{n}", at=1e9 + n)
+        for n, name in enumerate(NAMES[:count])
+    ]
+    for e in said:
+        await store.save(e)
+    return said
+
+
+async def test_a_rare_word_among_the_callers_common_ones_finds_its_exchange(
+    store, monkeypatch, db_path
+):
+    said = await _coffee_every_call(store, monkeypatch)
+    await store.save(make_exchange(20, text="Ann rang about the rent", call_id="call-20"))
+    # "coffee" is in 10 rows (over MAX_RANKED), "ann" in 2: "ann" selects the rows,
+    # "coffee" only ranks them
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        match, floor = sqlite_store.search_terms(conn, "coffee with Ann?", ALICE)
+    ann, coffee = (f'"{sqlite_store.caller_prefix(ALICE)}{w}"' for w in ("ann", "coffee"))
+    assert (match, floor) == (f"({ann}) AND ({ann} OR {coffee})", 0)
+    recall = await store.recall(ALICE, "Did I have coffee with Ann?")
+    assert [e.user_text for e in recall.exchanges] == [
+        said[0].user_text,  # the oldest coffee, and the only one with Ann
+        "Ann rang about the rent",
+    ]
+
+
+async def test_a_word_the_caller_always_says_still_finds_their_newest_exchanges(
+    store, monkeypatch, db_path
+):
+    said = await _coffee_every_call(store, monkeypatch)
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        assert sqlite_store.search_terms(conn, "coffee", ALICE)[1] > 1  # over the bound
+    recall = await store.recall(ALICE, "What about coffee?")
+    # the newest MAX_RANKED rows that hold it are ranked (rowids grow with time)
+    assert sorted(e.user_text for e in recall.exchanges) == sorted(e.user_text for e in said[-4:])
+
+
+async def test_words_the_caller_never_said_search_nothing(store, monkeypatch, db_path):
+    await _coffee_every_call(store, monkeypatch, count=2)
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        assert sqlite_store.search_terms(conn, "tea with Zoe", ALICE) == (None, 0)
+    assert (await store.recall(ALICE, "tea with Zoe")).exchanges == ()
 
 
 # What a caller says in one call and asks in a later one, in languages written without
