@@ -91,6 +91,20 @@ async def test_words_the_caller_never_said_search_nothing(store, monkeypatch, db
     assert (await store.recall(ALICE, "tea with Zoe")).exchanges == ()
 
 
+async def test_a_big_callers_found_rows_are_read_by_rowid_among_small_callers(store, db_path):
+    # many callers with one exchange each, one with 30: after ANALYZE the caller index
+    # looks more selective than 16 rowids, and would be walked over all 30 rows
+    for n in range(200):
+        await store.save(make_exchange(n, caller=f"c{n}@example.com"))
+    for n in range(30):
+        await store.save(make_exchange(1000 + n))
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        conn.execute("ANALYZE")
+        sql = sqlite_store.ROWS_FOUND.format(",".join("?" * 16))
+        plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}", (*range(16), ALICE, None)).fetchall()
+    assert [step[3] for step in plan] == ["SEARCH exchanges USING INTEGER PRIMARY KEY (rowid=?)"]
+
+
 # What a caller says in one call and asks in a later one, in languages written without
 # spaces between words (Chinese, Japanese, Thai) or with particles on words (Korean).
 LATER_CALLS = {
