@@ -286,11 +286,12 @@ def table(result: dict[str, Any]) -> str:
     ]
     for row in result["results"]:
         load = "{:.1f} / {:.1f}".format(row["loadavg_before"][0], row["loadavg_after"][0])
-        for m in row["callers"].values():
+        for caller, m in row["callers"].items():
             wall = [f"{m[k]['p50']:.2f} / {m[k]['p95']:.2f}" for k in kinds]
             cpu = ", ".join(f"{m[k]['cpu_p50']:.2f} / {m[k]['cpu_p95']:.2f}" for k in kinds)
             lines.append(
-                f"| {row['size']:,} | {m['exchanges']:,} exchanges | {' | '.join(wall)} "
+                f"| {row['size']:,} | {'A' if caller == CALLER_A else 'B'}, "
+                f"{m['exchanges']:,} exchanges | {' | '.join(wall)} "
                 f"| {cpu} | {m['store_recall_ms']['found']:.2f}, {m['bare_fts5_ms']['found']:.2f} "
                 f"| {load} |"
             )
