@@ -859,6 +859,12 @@ def search_words(text: str) -> list[str]:
     return words
 
 
+def searched_by_pairs(word: str) -> bool:
+    """Whether a search word (``search_words``) is a character or a pair of characters
+    of a script searched by pairs (Chinese, Japanese, Korean, Thai...), not a word."""
+    return _DENSE_RE.match(word) is not None
+
+
 def query_words(text: str, limit: int = MAX_QUERY_WORDS) -> list[str]:
     """What to search for when the caller says ``text``: its distinct search words
     (``search_words``) without stopwords and one-letter words, at most ``limit``."""

@@ -62,6 +62,34 @@ async def test_a_caller_never_recalls_another_callers_rows(any_store):
     assert (await any_store.profile(ALICE)).empty
 
 
+# What a caller says in one call and asks in a later one, in languages written without
+# spaces between words (Chinese, Japanese, Thai) or with particles on words (Korean).
+LATER_CALLS = {
+    "chinese": ("下周二我要去上海出差", "我上海出差的事情你还记得吗"),
+    "japanese": ("来週の火曜日に大阪へ出張します", "大阪出張のこと覚えてる？"),  # noqa: RUF001
+    "korean": ("다음 주에 부산에 가요", "부산 여행 기억나요?"),
+    "thai": ("พรุ่งนี้ฉันจะไปเชียงใหม่", "เรื่องเชียงใหม่คุณจำได้ไหม"),
+}
+OUR_SEARCH = {"sqlite_store", "postgres_store"}
+"""Backends whose search is this project's (memory.search_words); a hosted service
+searches with its own engine."""
+
+
+@pytest.mark.parametrize("language", sorted(LATER_CALLS))
+async def test_a_later_call_in_the_same_language_finds_what_was_said(store, language):
+    # At the store, not through the agent: every recipe's suite runs this file, and
+    # some recipes (realtime, tool_only) put no memory block in the model's requests.
+    backend = type(store).__module__
+    if backend not in OUR_SEARCH:
+        pytest.skip(f"{backend}: the service's own engine searches, which its fake does not model")
+    said, asked = LATER_CALLS[language]
+    await store.save(make_exchange(1, text=said, call_id="call-1"))
+    # an unrelated exchange, so a match is a match and not the only row there is
+    await store.save(make_exchange(9, text="I need a new phone charger", call_id="call-0"))
+    recall = await store.recall(ALICE, asked)
+    assert [e.user_text for e in recall.exchanges] == [said]
+
+
 @pytest.mark.parametrize(
     "question", ['"unbalanced', "NEAR(a b)", "a* OR -b", "x AND", "caller_key:k0", "%_'; --", ""]
 )

@@ -4,7 +4,9 @@
 any libpq URL, plus ``schema`` (default ``livekit_memory``) and ``tenant`` (default
 ``default``). Every row carries the tenant and the caller id, and every query is scoped
 to both. Search is PostgreSQL's own: a ``tsvector`` column, a GIN index, ``ts_rank_cd``.
-Implements ``memory.MemoryStore``; memory.py has the types and rules.
+Chinese, Japanese, Korean and Thai text is searched by pairs of characters
+(``memory.search_words``) in a second ``tsvector`` the writes fill. Implements
+``memory.MemoryStore``; memory.py has the types and rules.
 
 Workers never create or change the schema. An operator does, with this file:
 
@@ -54,7 +56,10 @@ from memory import (
     StoreUnavailable,
     Summary,
     matching_facts,
+    query_words,
     reconcile,
+    search_words,
+    searched_by_pairs,
 )
 
 T = TypeVar("T")
@@ -98,12 +103,57 @@ def tsquery(text: str) -> str | None:
     return " | ".join(f"'{t}'" for t in terms[:MAX_QUERY_TERMS]) or None
 
 
-# Each entry takes a schema ({s}) from version N to N+1; {s}.schema_version holds N.
+# PostgreSQL's parser keeps a run of Chinese, Japanese or Thai characters, or a Korean
+# word with its particle, as one token, so "上海出差" is never found in "下周二我要去上海出差".
+# Those scripts are searched by memory.search_words' character pairs instead, kept
+# in the `pairs` column as a tsvector literal: its lexemes are taken as they are,
+# whatever the server's locale or text search configuration.
+
+
+def pair_vector(text: str) -> str | None:
+    """The ``pairs`` column for ``text``: its character pairs (``memory.search_words``
+    of Chinese, Japanese, Korean and Thai), each at its position, as a ``tsvector``
+    literal. None when there are none (most turns)."""
+    words = search_words(text) if not text.isascii() else []
+    found = [f"{_lexeme(w)}:{n}" for n, w in enumerate(words, 1) if searched_by_pairs(w)]
+    return " ".join(found) or None
+
+
+def pair_query(text: str) -> str | None:
+    """What the caller said as a ``tsquery`` literal over the ``pairs`` column: its
+    character pairs (``memory.query_words``) joined by ``|``. None when there are none."""
+    pairs = [_lexeme(w) for w in query_words(text) if searched_by_pairs(w)]
+    return " | ".join(pairs) or None
+
+
+def _lexeme(word: str) -> str:
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _index_pairs(conn: psycopg.Connection, s: str) -> None:
+    """Fill the pairs column of the exchanges saved before it existed."""
+    # Only rows with non-ASCII text can have pairs; they are read in batches
+    # (a server-side cursor) so a large table is not held in memory.
+    with conn.cursor(name="pairs_to_index") as rows, conn.cursor() as update:
+        rows.execute(
+            f"SELECT tenant, caller_id, key, user_text || ' ' || assistant_text"
+            f" FROM {s}.exchanges WHERE (user_text || assistant_text) ~ '[^[:ascii:]]'"
+        )
+        while batch := rows.fetchmany(1000):
+            update.executemany(
+                f"UPDATE {s}.exchanges SET pairs = %s::tsvector"
+                " WHERE tenant = %s AND caller_id = %s AND key = %s",
+                [(v, *row[:3]) for row in batch if (v := pair_vector(row[3])) is not None],
+            )
+
+
+# Each entry takes a schema ({s}) from version N to N+1; {s}.schema_version holds N:
+# SQL, or SQL and then a function (connection, schema) for a step that needs Python.
 # Append, never edit: databases in the field are at every version. Row-level security
 # binds each role listed in {s}.tenant_roles to its tenant; owners and superusers are
 # not bound (see `check`).
 _OWN_TENANT = "tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user)"
-MIGRATIONS: list[str] = [
+MIGRATIONS: list[str | tuple[str, Callable[[psycopg.Connection, str], None]]] = [
     """
 CREATE TABLE {s}.schema_version (version integer NOT NULL);
 INSERT INTO {s}.schema_version VALUES (0);
@@ -156,9 +206,19 @@ UPDATE {s}.facts SET learned_at = updated_at;
 ALTER TABLE {s}.facts ADD COLUMN replaced_at double precision;  -- NULL: a current value
 CREATE INDEX facts_by_caller ON {s}.facts (tenant, caller_id, kind);
 """,
+    # 3: Chinese, Japanese, Korean and Thai searched by character pairs (pair_vector),
+    # which the writes compute; existing rows are indexed in Python (_index_pairs).
+    (
+        """
+ALTER TABLE {s}.exchanges ADD COLUMN pairs tsvector;  -- NULL: no such text
+CREATE INDEX exchanges_pairs ON {s}.exchanges USING gin (pairs);
+""",
+        _index_pairs,
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = ("exchanges", "facts", "summaries")
+SEARCH_INDEXES = ("exchanges_search", "exchanges_pairs")
 EXCHANGE = "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids, created_at"
 QUERIES = {
     "facts": "SELECT kind, value, updated_at, learned_at, replaced_at FROM {s}.facts"
@@ -176,19 +236,22 @@ QUERIES = {
     # The (tenant, caller_id) key finds the caller's rows; @@ keeps those that match.
     # ts_rank_cd's normalization 1 divides by 1 + log(length), so long exchanges do not
     # win by length alone (LoCoMo: 0.516 of evidence in the block against 0.480 without).
-    "search": f"SELECT {EXCHANGE} FROM {{s}}.exchanges, to_tsquery('english', %(q)s) q"
-    " WHERE tenant = %(t)s AND caller_id = %(c)s AND search @@ q"
-    " AND call_id IS DISTINCT FROM %(x)s"
-    " ORDER BY ts_rank_cd(search, q, 1) DESC, created_at DESC LIMIT %(n)s",
+    # Character pairs (p) count as words do: their ranks add up.
+    "search": f"SELECT {EXCHANGE} FROM {{s}}.exchanges,"
+    " to_tsquery('english', %(q)s) q, CAST(%(p)s AS tsquery) p"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s AND (search @@ q OR pairs @@ p)"
+    " AND call_id IS DISTINCT FROM %(x)s ORDER BY"
+    " coalesce(ts_rank_cd(search, q, 1), 0) + coalesce(ts_rank_cd(pairs, p, 1), 0) DESC,"
+    " created_at DESC LIMIT %(n)s",
     "exchanges": f"SELECT {EXCHANGE} FROM {{s}}.exchanges"
     " WHERE tenant = %(t)s AND caller_id = %(c)s"
     " AND (%(call)s::text IS NULL OR call_id = %(call)s) ORDER BY created_at, seq",
     "save": "INSERT INTO {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
-    " assistant_text, interrupted, item_ids, created_at) VALUES (%(t)s, %(c)s, %(key)s,"
-    " %(call)s, %(user)s, %(reply)s, %(cut)s, %(items)s, %(at)s)"
+    " assistant_text, interrupted, item_ids, created_at, pairs) VALUES (%(t)s, %(c)s,"
+    " %(key)s, %(call)s, %(user)s, %(reply)s, %(cut)s, %(items)s, %(at)s, %(pairs)s)"
     " ON CONFLICT (tenant, caller_id, key) DO UPDATE SET user_text = excluded.user_text,"
     " assistant_text = excluded.assistant_text, interrupted = excluded.interrupted,"
-    " item_ids = excluded.item_ids"
+    " item_ids = excluded.item_ids, pairs = excluded.pairs"
     # a retried save of the same version writes nothing (no new row version to index)
     " WHERE (exchanges.user_text, exchanges.assistant_text, exchanges.interrupted,"
     " exchanges.item_ids) IS DISTINCT FROM (excluded.user_text, excluded.assistant_text,"
@@ -302,6 +365,7 @@ class PostgresStore:
             "cut": e.interrupted,
             "items": list(e.item_ids),
             "at": e.created_at,
+            "pairs": pair_vector(f"{e.user_text} {e.assistant_text}"),
         }
         await self._write(e.caller_id, [(self._sql["save"], args)], "a save")
 
@@ -385,7 +449,8 @@ class PostgresStore:
         exclude_call_id: str | None = None,
     ) -> Recall:
         q = tsquery(query) if limit > 0 else None
-        args = {"t": self.target.tenant, "c": caller_id, "q": q, "x": exclude_call_id}
+        p = pair_query(query) if limit > 0 else None
+        args = {"t": self.target.tenant, "c": caller_id, "q": q, "p": p, "x": exclude_call_id}
 
         async def work(conn: psycopg.AsyncConnection) -> Recall:
             async with conn.pipeline():  # the queries go in one round trip
@@ -393,7 +458,11 @@ class PostgresStore:
                 summaries = await conn.execute(
                     self._sql["summaries"], {**args, "n": RECENT_SUMMARIES}
                 )
-                found = await conn.execute(self._sql["search"], {**args, "n": limit}) if q else None
+                found = (
+                    await conn.execute(self._sql["search"], {**args, "n": limit})
+                    if q or p
+                    else None
+                )
             return Recall(
                 tuple(Fact(*r) for r in await facts.fetchall()),
                 tuple(Summary(*r) for r in await summaries.fetchall()),
@@ -654,12 +723,30 @@ logging.getLogger("psycopg.pool").addFilter(_OncePerOutage())
 # -- Operator commands: uv run postgres_store.py status|sql|upgrade|check -----------
 
 
-def upgrade_sql(schema: str, from_version: int) -> str:
-    """The SQL that takes ``schema`` from ``from_version`` to ``SCHEMA_VERSION``."""
-    parts = [f"CREATE SCHEMA IF NOT EXISTS {schema};"] if from_version == 0 else []
+def upgrade_steps(
+    schema: str, from_version: int
+) -> list[tuple[str, Callable[[psycopg.Connection, str], None] | None]]:
+    """What takes ``schema`` from ``from_version`` to ``SCHEMA_VERSION``, in order:
+    (SQL, then a function (connection, schema) to run after it, or None)."""
+    steps: list[tuple[str, Callable[[psycopg.Connection, str], None] | None]] = []
+    if from_version == 0:
+        steps.append((f"CREATE SCHEMA IF NOT EXISTS {schema};", None))
     for n in range(from_version, SCHEMA_VERSION):
-        parts.append(f"-- version {n} -> {n + 1}\n{MIGRATIONS[n].format(s=schema).strip()}")
-        parts.append(f"UPDATE {schema}.schema_version SET version = {n + 1};")
+        sql, then = (m, None) if isinstance(m := MIGRATIONS[n], str) else m
+        steps.append((f"-- version {n} -> {n + 1}\n{sql.format(s=schema).strip()}", then))
+        steps.append((f"UPDATE {schema}.schema_version SET version = {n + 1};", None))
+    return steps
+
+
+def upgrade_sql(schema: str, from_version: int) -> str:
+    """The SQL that takes ``schema`` from ``from_version`` to ``SCHEMA_VERSION``; a
+    step done in Python is named in a comment (its docstring's first line)."""
+    parts = []
+    for sql, then in upgrade_steps(schema, from_version):
+        parts.append(sql)
+        if then is not None:
+            said = (then.__doc__ or then.__name__).strip().splitlines()[0]
+            parts.append(f"-- then, in Python ({then.__name__}): {said}")
     return "\n".join(parts)
 
 
@@ -678,8 +765,10 @@ def upgrade(url: str) -> tuple[int, int]:
             raise SchemaMismatch(
                 f"{target.where} is at version {found}, newer than this code's {SCHEMA_VERSION}"
             )
-        if found < SCHEMA_VERSION:
-            conn.execute(upgrade_sql(target.schema, found).encode())
+        for sql, then in upgrade_steps(target.schema, found):
+            conn.execute(sql.encode())
+            if then is not None:
+                then(conn, target.schema)
     return found, SCHEMA_VERSION
 
 
@@ -701,13 +790,14 @@ INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
 
 def vacuum(url: str) -> None:
     """Reclaim what forget and purge deleted, without blocking the workers: VACUUM
-    the tables, and rebuild the search index, whose entry tree keeps the words of
-    deleted rows (with no link to any row) until it is rebuilt."""
+    the tables, and rebuild the search indexes, whose entry trees keep the words of
+    deleted rows (with no link to any row) until they are rebuilt."""
     target = Target(url)
     with target.connect(autocommit=True) as conn:
         for table in TABLES:
             conn.execute(f"VACUUM {target.schema}.{table}")
-        conn.execute(f"REINDEX INDEX CONCURRENTLY {target.schema}.exchanges_search")
+        for index in SEARCH_INDEXES:
+            conn.execute(f"REINDEX INDEX CONCURRENTLY {target.schema}.{index}")
 
 
 def isolation_report(url: str) -> list[tuple[bool, str]]:
@@ -790,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if enforced else 1
         if args.command == "vacuum":
             vacuum(url)
-            print(f"{target.where}: vacuumed; the search index rebuilt")
+            print(f"{target.where}: vacuumed; the search indexes rebuilt")
             return 0
         with target.connect() as conn:
             found = read_version(conn, target.schema)

@@ -96,6 +96,25 @@ async def test_recall_ranks_by_ts_rank_cd_and_searches_through_the_gin_index(sto
     assert "exchanges_search" in plan
 
 
+async def test_character_pairs_are_searched_through_their_own_gin_index(store, store_url):
+    await store.save(make_exchange(1, text="下周二我要去上海出差"))
+    assert postgres_store.pair_query("上海出差?") == "'上海' | '海出' | '出差'"
+    assert postgres_store.pair_query("Shanghai trip?") is None  # English: words alone
+    with admin() as conn:
+        conn.execute("SET enable_seqscan = off")
+        s = schema_of(store_url)
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                f"EXPLAIN SELECT key FROM {s}.exchanges WHERE pairs @@ '上海'::tsquery"
+            )
+        )
+        assert "exchanges_pairs" in plan
+        stored = conn.execute(f"SELECT pairs::text FROM {s}.exchanges").fetchone()[0]
+    # the words of memory.search_words, as they are, at their positions
+    assert {"'下周':1", "'周二':2", "'上海':7", "'出差':9"} <= set(stored.split())
+
+
 # -- migrations -----------------------------------------------------------------------
 
 
@@ -118,6 +137,7 @@ def test_the_schema_is_made_only_by_the_upgrade_command_and_status_says_what_to_
         code, sql = command("sql", "--url", url)
         assert code == 0 and f"CREATE SCHEMA IF NOT EXISTS {schema_of(url)};" in sql
         assert "CREATE INDEX exchanges_search" in sql and "ENABLE ROW LEVEL SECURITY" in sql
+        assert "-- then, in Python (_index_pairs): Fill the pairs column" in sql
         with admin() as conn:  # printing the SQL ran none of it
             assert (
                 conn.execute("SELECT to_regnamespace(%s)", [schema_of(url)]).fetchone()[0] is None
@@ -152,6 +172,72 @@ def test_migrations_are_applied_in_order_from_an_older_schema(monkeypatch, store
         s = schema_of(store_url)
         assert conn.execute(f"SELECT version FROM {s}.schema_version").fetchone() == (now,)
         assert conn.execute(f"SELECT value, source FROM {s}.facts").fetchall() == [("Alice", None)]
+
+
+def rows(conn: psycopg.Connection, sql: str) -> tuple[list[str], list[tuple]]:
+    """(column names, rows in order) of a query."""
+    found = conn.execute(sql + " ORDER BY 1, 2, 3")
+    return [c.name for c in found.description or []], found.fetchall()
+
+
+@pytest.mark.parametrize("version", range(1, postgres_store.SCHEMA_VERSION))
+def test_a_schema_at_any_older_version_upgrades_keeping_every_row(monkeypatch, version):
+    # Rows as the code of that version wrote them: Chinese, Japanese, Korean, Thai and
+    # English exchanges of two tenants, facts, summaries.
+    said = {
+        "zh": "下周二我要去上海出差",
+        "ja": "来週の火曜日に大阪へ出張します",
+        "ko": "다음 주에 부산에 가요",
+        "th": "พรุ่งนี้ฉันจะไปเชียงใหม่",
+        "en": "We went hiking in the Alps.",
+    }
+    asked = {
+        "zh": "我上海出差的事情你还记得吗",
+        "ja": "大阪出張のこと覚えてる？",  # noqa: RUF001
+        "ko": "부산 여행 기억나요?",
+        "th": "เรื่องเชียงใหม่คุณจำได้ไหม",
+        "en": "Where did I hike?",
+    }
+    with own_schema(upgraded=False) as url:
+        monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", version)
+        assert postgres_store.upgrade(url) == (0, version)
+        s = schema_of(url)
+        with admin() as conn:
+            for tenant in ("default", "acme"):
+                for n, text in enumerate(said.values()):
+                    conn.execute(
+                        f"INSERT INTO {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
+                        " assistant_text, interrupted, item_ids, created_at)"
+                        " VALUES (%s, %s, %s, 'call-1', %s, 'OK', false, '{}', %s)",
+                        [tenant, ALICE, f"k{n}", text, 1000 + n],
+                    )
+                conn.execute(
+                    f"INSERT INTO {s}.facts (tenant, caller_id, kind, value, updated_at)"
+                    " VALUES (%s, %s, 'name', 'Al', 1000)",
+                    [tenant, ALICE],
+                )
+                conn.execute(
+                    f"INSERT INTO {s}.summaries VALUES (%s, %s, 'call-1', 'a trip', 1000)",
+                    [tenant, ALICE],
+                )
+            before = {t: rows(conn, f"SELECT * FROM {s}.{t}") for t in postgres_store.TABLES}
+        monkeypatch.undo()
+        assert postgres_store.upgrade(url) == (version, postgres_store.SCHEMA_VERSION)
+        with admin() as conn:  # every row, with every column it had, as it was
+            for table, (names, kept) in before.items():
+                assert rows(conn, f"SELECT {', '.join(names)} FROM {s}.{table}") == (names, kept)
+
+        async def found() -> dict[str, list[str]]:
+            store = memory.open_store(url)
+            try:
+                return {
+                    language: [e.user_text for e in (await store.recall(ALICE, q)).exchanges]
+                    for language, q in asked.items()
+                }
+            finally:
+                await store.close()
+
+        assert asyncio.run(found()) == {language: [text] for language, text in said.items()}
 
 
 def test_facts_from_version_1_keep_their_value_and_are_dated_by_their_last_update(monkeypatch):
@@ -346,32 +432,34 @@ def test_the_check_flags_a_superuser_a_bypassrls_role_and_an_unbound_tenant(stor
 
 
 def in_files(conn: psycopg.Connection, schema: str, word: str) -> dict[str, bool]:
-    """Whether ``word`` is in the files of the exchanges table and its search index."""
+    """Whether ``word`` is in the files of the exchanges table and its search indexes."""
     conn.execute("CHECKPOINT")  # what is in shared buffers goes to the files
     found = "SELECT position(%s::bytea IN pg_read_binary_file(pg_relation_filepath(%s))) > 0"
     return {
         rel: conn.execute(found, [word.encode(), f"{schema}.{rel}"]).fetchone() == (True,)
-        for rel in ("exchanges", "exchanges_search")
+        for rel in ("exchanges", *postgres_store.SEARCH_INDEXES)
     }
 
 
 async def test_forget_erases_rows_and_index_entries_and_vacuum_erases_the_bytes(store, store_url):
     await store.save(make_exchange(1, text="my password hint is xylophonequartz"))
+    await store.save(make_exchange(3, text="我的密码提示是紫水晶"))  # "amethyst": pairs 紫水, 水晶
     await store.save(make_exchange(2, caller="bob", text="bob's quartz"))
     s = schema_of(store_url)
+    everywhere = {"exchanges": True, "exchanges_search": True, "exchanges_pairs": True}
+    nowhere = dict.fromkeys(everywhere, False)
     with admin() as conn:
-        assert in_files(conn, s, "xylophonequartz") == {"exchanges": True, "exchanges_search": True}
-        assert await store.forget(ALICE) == 1
+        assert in_files(conn, s, "xylophonequartz") == {**everywhere, "exchanges_pairs": False}
+        assert in_files(conn, s, "紫水") == everywhere
+        assert await store.forget(ALICE) == 2
         conn.execute("SET enable_seqscan = off")  # ask the index itself
         found = f"SELECT count(*) FROM {s}.exchanges WHERE search @@ to_tsquery('english', %s)"
         assert conn.execute(found, ["xylophonequartz"]).fetchone() == (0,)
         assert conn.execute(found, ["quartz"]).fetchone() == (1,)  # bob's
         # What the backend's docs say an operator must run to wipe the bytes too:
         assert command("vacuum", "--url", store_url)[0] == 0
-        assert in_files(conn, s, "xylophonequartz") == {
-            "exchanges": False,
-            "exchanges_search": False,
-        }
+        assert in_files(conn, s, "xylophonequartz") == nowhere
+        assert in_files(conn, s, "紫水")["exchanges_pairs"] is False
 
 
 # -- writes, time bounds, faults ------------------------------------------------------

@@ -105,28 +105,6 @@ async def test_a_big_callers_found_rows_are_read_by_rowid_among_small_callers(st
     assert [step[3] for step in plan] == ["SEARCH exchanges USING INTEGER PRIMARY KEY (rowid=?)"]
 
 
-# What a caller says in one call and asks in a later one, in languages written without
-# spaces between words (Chinese, Japanese, Thai) or with particles on words (Korean).
-LATER_CALLS = {
-    "chinese": ("下周二我要去上海出差", "我上海出差的事情你还记得吗"),
-    "japanese": ("来週の火曜日に大阪へ出張します", "大阪出張のこと覚えてる？"),  # noqa: RUF001
-    "korean": ("다음 주에 부산에 가요", "부산 여행 기억나요?"),
-    "thai": ("พรุ่งนี้ฉันจะไปเชียงใหม่", "เรื่องเชียงใหม่คุณจำได้ไหม"),
-}
-
-
-@pytest.mark.parametrize("language", sorted(LATER_CALLS))
-async def test_a_later_call_in_the_same_language_finds_what_was_said(store, language):
-    # At the store, not through the agent: every recipe's suite runs this file, and
-    # some recipes (realtime, tool_only) put no memory block in the model's requests.
-    said, asked = LATER_CALLS[language]
-    await store.save(make_exchange(1, text=said, call_id="call-1"))
-    # an unrelated exchange, so a match is a match and not the only row there is
-    await store.save(make_exchange(9, text="I need a new phone charger", call_id="call-0"))
-    recall = await store.recall(ALICE, asked)
-    assert [e.user_text for e in recall.exchanges] == [said]
-
-
 def test_thai_words_are_not_cut_at_their_vowel_marks():
     # "\w+" splits เชียงใหม่ (Chiang Mai) before each vowel sign and tone mark
     words = memory.query_words("เชียงใหม่")
