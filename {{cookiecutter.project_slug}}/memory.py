@@ -1773,9 +1773,20 @@ class CallMemory:
         return recall
 
     def _block(self, recall: Recall | None, *, partial: bool = False, query: str = "") -> str:
-        return format_block(
-            recall, max_chars=self.max_block_chars, partial=partial, now=self.clock(), query=query
-        )
+        try:
+            return format_block(
+                recall,
+                max_chars=self.max_block_chars,
+                partial=partial,
+                now=self.clock(),
+                query=query,
+            )
+        except Exception as exc:
+            # A row no block can show (a SQLite value of another type, written by a
+            # hand edit or another program; a service's odd answer) costs this reply
+            # its memory, never the reply: this runs inside llm_node.
+            self._warn_once("show", "could not show what memory holds; replying without: %r", exc)
+            return format_block(None, max_chars=self.max_block_chars, now=self.clock())
 
     async def lookup(self, query: str) -> str:
         """What a recall tool returns for ``query`` (the model's words for what to look

@@ -19,7 +19,7 @@ from livekit.rtc._proto import handle_pb2, participant_pb2
 import agent
 import memory
 from tests.conftest import call
-from tests.doubles import Counting, Failing, Slow, make_exchange
+from tests.doubles import Counting, Failing, Slow, StoreWrapper, make_exchange
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
 
 ALICE = "alice@example.com"
@@ -210,6 +210,36 @@ async def test_a_failing_store_still_gets_a_reply_and_warns_once(store, caplog):
         "First question?",
         "Second question?",
     ]
+
+
+class Unshowable(StoreWrapper):
+    """Returns what the store holds with one row no block can show: a date stored as
+    text (SQLite keeps whatever type a hand edit or another program wrote)."""
+
+    async def around(self, name, method, args, kwargs):
+        got = await method(*args, **kwargs)
+        if name in ("recall", "profile"):
+            bad = memory.Summary("call-0", "An old call.", "yesterday")
+            return memory.Recall(got.facts, (bad, *got.summaries), got.exchanges)
+        return got
+
+
+async def test_a_row_the_block_cannot_show_costs_memory_not_the_reply(store, caplog):
+    # A malformed row once raised out of block_for, inside llm_node: no greeting, no
+    # reply, and the session's error ended the call.
+    await store.remember(ALICE, memory.Fact.of("name", "Alice"))
+    model = ScriptedLLM(["Hi!", "Sure."])
+    with caplog.at_level(logging.WARNING, logger="memory"):
+        async with call(Unshowable(store), ALICE, model) as (session, _):
+            result = await say(session, "What's my name?")
+            result.expect.next_event().is_message(role="assistant")
+            await say(session, "And again?")
+        said = [i.text_content for i in session.history.items if i.type == "message"]
+    assert said == ["Hi!", "What's my name?", "Sure.", "And again?", "OK."]
+    assert last_block(model).splitlines()[0] == memory.MEMORY_UNAVAILABLE
+    warnings = [r for r in caplog.records if "could not show" in r.getMessage()]
+    assert len(warnings) == 1
+    assert [e.user_text for e in await store.exchanges(ALICE)] == ["What's my name?", "And again?"]
 
 
 async def test_memory_never_enters_session_history_or_the_agent_context(store):
