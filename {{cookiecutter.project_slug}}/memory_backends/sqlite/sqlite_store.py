@@ -243,7 +243,8 @@ def open_store(url: str) -> SQLiteStore:
     ``InvalidStoreUrl`` for a URL that names no file, ``SchemaMismatch`` for a file
     from a newer version of this code or of another application, and
     ``StoreUnavailable`` for a file that cannot be opened or written; each names
-    the path."""
+    the path. A file another process holds locked past ``BUSY_TIMEOUT`` (migrating
+    it, or in a long write) is not an error: it is opened when first used."""
     return SQLiteStore.open(path_of(url))
 
 
@@ -293,7 +294,22 @@ class SQLiteStore:
         try:
             store._conn()  # the first connection checks and migrates the file
         except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"cannot use {store.path} as the memory file: {exc}") from exc
+            if not _busy(exc):
+                raise StoreUnavailable(
+                    f"cannot use {store.path} as the memory file: {exc}"
+                ) from exc
+            # Another process held the write lock past the busy timeout: it is
+            # migrating the file (an upgrade of a big one takes seconds) or in a long
+            # write (a purge, a forget's index merge). Failing here would fail this job
+            # process's prewarm, and LiveKit would give the call no agent; instead the
+            # first use checks and migrates the file, and calls meanwhile go on
+            # without memory.
+            logger.warning(
+                "memory: %s is locked by another process (%s); this process opens it "
+                "when it is first used",
+                store.path,
+                exc,
+            )
         return store
 
     # Connections are per thread: sqlite3 objects must stay on the thread that made them.
@@ -819,6 +835,13 @@ def _row_to_exchange(r: sqlite3.Row) -> Exchange:
         item_ids=tuple(json.loads(r["item_ids"])),
         created_at=r["created_at"],
     )
+
+
+def _busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked": another connection holds the
+    lock this one waited for (SQLITE_BUSY and its extended codes)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import os
 import sqlite3
@@ -252,6 +253,39 @@ def test_an_unusable_file_is_refused_with_its_path(tmp_path):
         with pytest.raises(error, match=reason) as raised:
             memory.open_store(f"sqlite:///{path}")
         assert str(path) in str(raised.value)
+
+
+async def test_a_file_another_process_holds_locked_is_opened_when_first_used(tmp_path, caplog):
+    # A worker process migrating a big file at an upgrade (about 0.65 s per 50,000
+    # exchanges), or a long write (a purge, a forget's index merge), holds the write
+    # lock past BUSY_TIMEOUT. A job process starting meanwhile failed its prewarm on
+    # it, and LiveKit gave the call no agent: now it takes the call, without memory
+    # until the lock is free, and checks and migrates the file on first use.
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(str(sqlite_store.MIGRATIONS[0]))
+    conn.execute(
+        "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
+        "assistant_text, item_ids, created_at) VALUES ('k1', ?, ?, 'c1', ?, 'Nice!', '[]', 1)",
+        (ALICE, sqlite_store.caller_key(ALICE), "We went hiking in the Alps."),
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("BEGIN IMMEDIATE")  # the other process, mid-migration
+    with caplog.at_level(logging.WARNING, logger="memory"):
+        store = memory.open_store(f"sqlite:///{path}")
+    assert "locked by another process" in caplog.text
+    conn.execute("ROLLBACK")
+    conn.close()
+    try:
+        recall = await store.recall(ALICE, "Where did I go hiking?")
+        assert [e.user_text for e in recall.exchanges] == ["We went hiking in the Alps."]
+        await store.save(make_exchange(2, text="hiking again next week"))
+        assert len((await store.recall(ALICE, "hiking")).exchanges) == 2
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    conn.close()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write to read-only files")
