@@ -66,7 +66,7 @@ MIN_BLOCK_CHARS = 400
 MAX_CALLER_ID_CHARS = 128
 MAX_FACT_KIND_CHARS = 40
 MAX_FACT_VALUE_CHARS = 500
-RECALL_EXCHANGES = 8
+RECALL_EXCHANGES = 24
 RECENT_SUMMARIES = 3
 SAVE_ATTEMPTS = 3
 RETRY_PARKED_AFTER = (1.0, 5.0, 15.0, 30.0)
@@ -404,11 +404,16 @@ class Summary:
 class Recall:
     """What the store returned for one query: facts (newest first), latest call
     summaries (newest first) and the past exchanges most relevant to the query (best
-    first)."""
+    first).
+
+    ``sides``, when given, has one entry per exchange: the side(s) of it that matched,
+    ``"caller"``, ``"reply"`` or ``"both"``, and the block shows only those (a store
+    that ranks single turns sets it). Empty: every exchange is shown whole."""
 
     facts: tuple[Fact, ...] = ()
     summaries: tuple[Summary, ...] = ()
     exchanges: tuple[Exchange, ...] = ()
+    sides: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -949,10 +954,10 @@ def format_block(
     claims: set[Exchange] = set()
     if asked:
         claims = {e for e in recall.exchanges if _agent_only(asked, e)}
-        recall = Recall(
-            _by_relevance(asked, recall.facts, lambda f: f"{fact_label(f.kind)} {f.value}"),
-            _by_relevance(asked, recall.summaries, lambda s: s.text),
-            recall.exchanges,
+        recall = replace(
+            recall,
+            facts=_by_relevance(asked, recall.facts, lambda f: f"{fact_label(f.kind)} {f.value}"),
+            summaries=_by_relevance(asked, recall.summaries, lambda s: s.text),
         )
     style = take(
         [f"- {quoted(f.value, 200)}" for f in recall.facts if f.kind.startswith(STYLE_PREFIX)],
@@ -968,9 +973,10 @@ def format_block(
     # listed under a heading of their own (an empty section costs nothing).
     sections: dict[bool, list[str]] = {False: [], True: []}
     titles = {False: "Earlier exchanges that may be related:", True: AGENT_CLAIMS_TITLE}
-    for e in recall.exchanges:
+    sides = recall.sides or ("both",) * len(recall.exchanges)
+    for e, side in zip(recall.exchanges, sides, strict=True):
         section = sections[e in claims]
-        line = _exchange_line(e, zone)
+        line = _exchange_line(e, zone, side)
         cost = len(line) + 1 + (0 if section else len(titles[e in claims]) + 1)
         if line not in section and cost <= room:
             section.append(line)
@@ -1093,13 +1099,21 @@ def _fact_line(f: Fact) -> str:
     return line
 
 
-def _exchange_line(e: Exchange, zone: tzinfo) -> str:
-    said = f"- {local_date(e.created_at, zone)} caller: {quoted(e.user_text, 500)}"
-    if e.assistant_text:
-        said += f" / you: {quoted(e.assistant_text, 300)}"
+TURN_CHARS = 300
+"""Each side of an exchange is shown clipped to this many characters."""
+
+
+def _exchange_line(e: Exchange, zone: tzinfo, side: str = "both") -> str:
+    # Only the side(s) that matched (Recall.sides): a reply found through the
+    # caller's question is shown without the question, so more matches fit.
+    parts = []
+    if side != "reply" or not e.assistant_text:
+        parts.append(f"caller: {quoted(e.user_text, TURN_CHARS)}")
+    if side != "caller" and e.assistant_text:
+        parts.append(f"you: {quoted(e.assistant_text, TURN_CHARS)}")
         if e.interrupted:
-            said += " (cut off)"
-    return said
+            parts[-1] += " (cut off)"
+    return f"- {local_date(e.created_at, zone)} " + " / ".join(parts)
 
 
 def quoted(text: str, limit: int) -> str:
@@ -1160,6 +1174,21 @@ def local_date(ts: float, zone: tzinfo | None = None, fmt: str = "%Y-%m-%d") -> 
         return datetime.fromtimestamp(ts, zone or deployment_zone()).strftime(fmt)
     except (OverflowError, OSError, ValueError):
         return "an unknown date"
+
+
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def date_words(ts: float, zone: tzinfo | None = None) -> str:
+    """The words a question may use for the day ``ts`` (seconds since the epoch) fell
+    on in ``zone`` (default ``deployment_zone()``), in English whatever the locale:
+    "May 2023 8 Monday"; "" for a time out of range. Indexed with each turn, so "what
+    did I say in May" finds May's calls."""
+    try:
+        d = datetime.fromtimestamp(ts, zone or deployment_zone())
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return f"{MONTHS[d.month - 1]} {d.year} {d.day} {WEEKDAYS[d.weekday()]}"
 
 
 # -- Fact extraction after the call (plain code, no I/O) -----------------------------
@@ -1800,10 +1829,12 @@ class CallMemory:
         if recall is None:  # not read in time, or failed: the block says so
             return self._block(self.profile, partial=True)
         asked = query_words(query)
-        found = Recall(
-            tuple(f for f in recall.facts if relevance(asked, f"{fact_label(f.kind)} {f.value}")),
-            tuple(s for s in recall.summaries if relevance(asked, s.text)),
-            recall.exchanges,
+        found = replace(
+            recall,
+            facts=tuple(
+                f for f in recall.facts if relevance(asked, f"{fact_label(f.kind)} {f.value}")
+            ),
+            summaries=tuple(s for s in recall.summaries if relevance(asked, s.text)),
         )
         if found.empty:
             nothing = NOTHING_MATCHED.format(query=" ".join(query.split()))
