@@ -106,8 +106,9 @@ matched is chosen within this bound instead (``search_terms``)."""
 
 
 def search_terms(conn: sqlite3.Connection, text: str, caller_id: str) -> tuple[str | None, int]:
-    """The FTS5 query that searches ``caller_id``'s exchanges for ``text`` (None when
-    none of its words is in them), and the lowest rowid worth ranking (0: all).
+    """The FTS5 query that searches ``caller_id``'s turns (``turns_fts``, where recall
+    ranks) for ``text`` (None when none of its words is in them), and the lowest
+    rowid worth ranking (0: all).
 
     The query's words (``memory.query_words``) are counted in the caller's own rows
     (each caller's words are their own terms, see ``caller_prefix``; a count stops at
@@ -123,7 +124,7 @@ def search_terms(conn: sqlite3.Connection, text: str, caller_id: str) -> tuple[s
     if not terms:
         return None, 0
     capped = (
-        "(SELECT count(*) FROM (SELECT 1 FROM exchanges_fts WHERE exchanges_fts MATCH ? "
+        "(SELECT count(*) FROM (SELECT 1 FROM turns_fts WHERE turns_fts MATCH ? "
         f"LIMIT {MAX_RANKED + 1}))"
     )
     counts = conn.execute(f"SELECT {', '.join([capped] * len(terms))}", terms).fetchone()
@@ -142,7 +143,7 @@ def search_terms(conn: sqlite3.Connection, text: str, caller_id: str) -> tuple[s
     floor = 0
     if rows > MAX_RANKED:
         oldest = conn.execute(
-            "SELECT rowid FROM exchanges_fts WHERE exchanges_fts MATCH ? "
+            "SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? "
             "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
             (selecting, MAX_RANKED - 1),
         ).fetchone()
@@ -231,9 +232,11 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     ALTER TABLE facts_v2 RENAME TO facts;
     CREATE INDEX facts_by_caller ON facts (caller_id, kind);
     """,
+    # 4: one search row per turn, with the turns around it and its day (see _index_turns).
+    lambda conn: _index_turns(conn),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-TABLES = {"exchanges", "exchanges_fts", "facts", "summaries"}
+TABLES = {"exchanges", "exchanges_fts", "turns_fts", "facts", "summaries"}
 
 
 def open_store(url: str) -> SQLiteStore:
@@ -528,8 +531,10 @@ class SQLiteStore:
             )
         )
         match, floor = search_terms(conn, query, caller_id) if limit else (None, 0)
-        exchanges = _search(conn, caller_id, match, floor, exclude_call_id, limit) if match else ()
-        return Recall(facts, summaries, exchanges)
+        exchanges, sides = (
+            _search(conn, caller_id, match, floor, exclude_call_id, limit) if match else ((), ())
+        )
+        return Recall(facts, summaries, exchanges, sides)
 
     async def history(self, caller_id: str) -> list[Fact]:
         return await self._read(self._history, caller_id)
@@ -612,7 +617,14 @@ class SQLiteStore:
 
 USER_WEIGHT = 1.0
 REPLY_WEIGHT = 1.0
-"""BM25 weights of the caller's words and of the agent's reply in an exchange."""
+"""BM25 weights of the caller's words and of the agent's reply in an exchange
+(``exchanges_fts``, one row per exchange; recall ranks ``turns_fts``)."""
+TURN_WEIGHT = 1.0
+CONTEXT_WEIGHT = 0.5
+DAY_WEIGHT = 1.0
+"""BM25 weights of a turn's own words, of the turns next to it and of its day's
+words (``turns_fts``; see _index_turns)."""
+SIDES = ("caller", "reply")
 
 
 ROWS_FOUND = """SELECT rowid AS rid, * FROM exchanges
@@ -629,29 +641,42 @@ def _search(
     floor: int,
     exclude_call_id: str | None,
     limit: int,
-) -> tuple[Exchange, ...]:
-    # Rank in the index alone (rows from ``floor`` on, see search_terms), then read
-    # only the best rows (not every matched row) and drop the current call's; ask
-    # for more if that left fewer than ``limit``.
-    want = limit * 2
+) -> tuple[tuple[Exchange, ...], tuple[str, ...]]:
+    # Rank turns in the index alone (rowid = exchange rowid * 2 + side; rows from
+    # ``floor`` on, see search_terms), then read only the best exchanges' rows (not
+    # every matched row) and drop the current call's; ask for more if that left
+    # fewer than ``limit`` exchanges. Each exchange keeps the sides that ranked
+    # before the limit was reached.
+    want = limit * 3
     while True:
-        ids = [
+        turns = [
             r[0]
             for r in conn.execute(
-                f"""SELECT rowid FROM exchanges_fts WHERE exchanges_fts MATCH ? AND rowid >= ?
-                    ORDER BY bm25(exchanges_fts, {USER_WEIGHT}, {REPLY_WEIGHT}) LIMIT ?""",
+                f"""SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? AND rowid >= ? ORDER BY
+                    bm25(turns_fts, {TURN_WEIGHT}, {CONTEXT_WEIGHT}, {DAY_WEIGHT}) LIMIT ?""",
                 (match, floor, want),
             )
         ]
+        ids = list(dict.fromkeys(t >> 1 for t in turns))
         rows = {
             r["rid"]: r
             for r in conn.execute(
                 ROWS_FOUND.format(",".join("?" * len(ids))), (*ids, caller_id, exclude_call_id)
             )
         }
-        found = [rows[i] for i in ids if i in rows][:limit]
-        if len(found) == limit or len(ids) < want:
-            return tuple(_row_to_exchange(r) for r in found)
+        sides: dict[int, set[str]] = {}
+        for n, t in enumerate(t for t in turns if t >> 1 in rows):
+            # an exchange shows the sides among the best ``limit`` turns: a side found
+            # further down does not take room before better matches
+            if t >> 1 not in sides and len(sides) < limit:
+                sides[t >> 1] = {SIDES[t & 1]}
+            elif t >> 1 in sides and n < limit:
+                sides[t >> 1].add(SIDES[t & 1])
+        if len(sides) == limit or len(turns) < want:
+            return (
+                tuple(_row_to_exchange(rows[i]) for i in sides),
+                tuple(next(iter(s)) if len(s) == 1 else "both" for s in sides.values()),
+            )
         want *= 4
 
 
@@ -662,8 +687,8 @@ def _save(conn: sqlite3.Connection, e: Exchange) -> None:
     conn.execute(
         """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
                                   assistant_text, interrupted, item_ids, created_at,
-                                  user_words, reply_words)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  user_words, reply_words, day_words)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (key) DO UPDATE SET
                user_text = excluded.user_text,
                assistant_text = excluded.assistant_text,
@@ -687,6 +712,7 @@ def _save(conn: sqlite3.Connection, e: Exchange) -> None:
             e.created_at,
             indexed_words(e.caller_id, e.user_text),
             indexed_words(e.caller_id, e.assistant_text),
+            indexed_words(e.caller_id, memory.date_words(e.created_at)),
         ),
     )
 
@@ -797,7 +823,8 @@ def _erase(conn: sqlite3.Connection, index: bool) -> None:
     BUSY_TIMEOUT. 0 copies of a forgotten word are left (tests/test_sqlite_erase.py;
     benchmarks/forget_erase.py in the kit has the figures and why each step is needed)."""
     if index:
-        conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('optimize')")
+        for table in ("exchanges_fts", "turns_fts"):
+            conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
     busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
     if busy:
         raise sqlite3.OperationalError(
@@ -903,6 +930,49 @@ def _index_words_per_caller(conn: sqlite3.Connection) -> None:
     conn.execute(f"CREATE TRIGGER exchanges_ad AFTER DELETE ON exchanges BEGIN {delete} END")
     conn.execute(
         f"CREATE TRIGGER exchanges_au AFTER UPDATE ON exchanges BEGIN {delete} {insert} END"
+    )
+
+
+_TURN_ROWS = """
+    INSERT INTO turns_fts (rowid, words, context, day)
+    SELECT {e}.rowid * 2, {e}.user_words,
+           coalesce((SELECT CASE WHEN p.call_id = {e}.call_id THEN p.reply_words END
+                     FROM exchanges p WHERE p.caller_id = {e}.caller_id
+                     AND p.created_at < {e}.created_at
+                     ORDER BY p.created_at DESC LIMIT 1), '') || ' ' || {e}.reply_words,
+           {e}.day_words {source};
+    INSERT INTO turns_fts (rowid, words, context, day)
+    SELECT {e}.rowid * 2 + 1, {e}.reply_words, {e}.user_words, {e}.day_words
+    {source} {where} {e}.reply_words != '';"""
+_DROP_TURN_ROWS = "DELETE FROM turns_fts WHERE rowid IN (old.rowid * 2, old.rowid * 2 + 1);"
+
+
+def _index_turns(conn: sqlite3.Connection) -> None:
+    # Schema 4: recall ranks single turns (each side of an exchange; rowid = the
+    # exchange's rowid * 2, + 1 for the reply), each indexed with the turns next to
+    # it at a lower weight (the caller's turn: the agent's turn before it in the call
+    # and the reply to it; the reply: the caller's turn it answers), so the answer to
+    # a question is found by the question's words, and with its day's words
+    # (memory.date_words, in the deployment's zone when indexed). All columns hold
+    # caller-prefixed words (indexed_words). Kept in step by triggers on exchanges,
+    # so every way a row is written or deleted keeps the index right.
+    conn.execute("ALTER TABLE exchanges ADD COLUMN day_words TEXT NOT NULL DEFAULT ''")
+    rows = conn.execute("SELECT rowid, caller_id, created_at FROM exchanges").fetchall()
+    conn.executemany(
+        "UPDATE exchanges SET day_words = ? WHERE rowid = ?",
+        ((indexed_words(r[1], memory.date_words(r[2])), r[0]) for r in rows),
+    )
+    conn.execute(
+        f"""CREATE VIRTUAL TABLE turns_fts USING fts5 (words, context, day,
+            tokenize="{_FTS_TOKENIZER}")"""
+    )
+    for statement in _split_sql(_TURN_ROWS.format(e="x", source="FROM exchanges x", where="WHERE")):
+        conn.execute(statement)
+    insert = _TURN_ROWS.format(e="new", source="", where="WHERE")
+    conn.execute(f"CREATE TRIGGER turns_ai AFTER INSERT ON exchanges BEGIN {insert} END")
+    conn.execute(f"CREATE TRIGGER turns_ad AFTER DELETE ON exchanges BEGIN {_DROP_TURN_ROWS} END")
+    conn.execute(
+        f"CREATE TRIGGER turns_au AFTER UPDATE ON exchanges BEGIN {_DROP_TURN_ROWS} {insert} END"
     )
 
 

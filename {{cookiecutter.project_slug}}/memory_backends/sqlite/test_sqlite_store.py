@@ -139,6 +139,81 @@ async def test_a_file_of_schema_1_is_indexed_again_when_opened(tmp_path):
     conn.close()
 
 
+async def test_a_file_of_schema_3_keeps_every_exchange_and_finds_its_turns(tmp_path):
+    # A file as schema 3 left it (exchange rows with their indexed words, no turns).
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(str(sqlite_store.MIGRATIONS[0]))
+    for step in sqlite_store.MIGRATIONS[1:3]:
+        if callable(step):
+            step(conn)
+        else:
+            for statement in sqlite_store._split_sql(step):
+                conn.execute(statement)
+    said = [
+        ("c1", "Where should we go on Saturday?", "Try the botanical garden."),
+        ("c1", "Good idea, I love orchids.", "They have a whole orchid house."),
+        ("c2", "My sister visits in June.", "Lovely!"),
+    ]
+    for n, (call, user, reply) in enumerate(said):
+        conn.execute(
+            "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
+            "assistant_text, item_ids, created_at, user_words, reply_words) "
+            "VALUES (?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)",
+            (
+                f"k{n}",
+                ALICE,
+                sqlite_store.caller_key(ALICE),
+                call,
+                user,
+                reply,
+                1_700_000_000 + n,  # 14 November 2023
+                sqlite_store.indexed_words(ALICE, user),
+                sqlite_store.indexed_words(ALICE, reply),
+            ),
+        )
+    conn.execute("PRAGMA user_version = 3")
+    conn.close()
+    store = memory.open_store(f"sqlite:///{path}")
+    try:
+        assert len(await store.exchanges(ALICE)) == 3
+        for _, user, reply in said:
+            found = (await store.recall(ALICE, user)).exchanges
+            assert found and (found[0].user_text, found[0].assistant_text) == (user, reply)
+        # the reply is found by the words of the question it answers, and alone
+        recall = await store.recall(ALICE, "botanical garden", limit=1)
+        assert recall.sides == ("reply",)
+        recall = await store.recall(ALICE, "Saturday", limit=1)
+        assert recall.exchanges[0].user_text == said[0][1]
+        # ... and by the day it was said (in MEMORY_TIMEZONE, UTC in these tests)
+        assert len((await store.recall(ALICE, "November 2023")).exchanges) == 3
+        await store.save(make_exchange(4, text="orchids again", call_id="c1"))
+        assert len((await store.recall(ALICE, "orchid")).exchanges) == 2
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
+    conn.close()
+
+
+async def test_the_answer_to_a_question_is_found_by_the_questions_words(store):
+    # Each turn is indexed with the turns next to it (a lower weight): the reply to
+    # "what did the vet say?" holds none of its words but is found by them; a turn
+    # found alone is shown alone, as the side it is.
+    await store.save(make_exchange(1, text="What did the vet say?", reply="Rest for a week."))
+    await store.save(make_exchange(2, text="Thanks, I will.", reply="Take care."))
+    await store.save(make_exchange(3, text="I bought a new lamp.", reply="Nice lamp!"))
+    recall = await store.recall(ALICE, "vet")
+    assert [e.user_text for e in recall.exchanges] == ["What did the vet say?"]
+    assert recall.sides == ("both",)
+    block = memory.format_block(recall, query="vet")
+    assert '"What did the vet say?" / you: "Rest for a week."' in block
+    recall = await store.recall(ALICE, "lamp", limit=1)
+    assert recall.sides == ("reply",)
+    assert memory.format_block(recall).splitlines()[-1].endswith(' you: "Nice lamp!"')
+
+
 async def test_forgetting_everything_deletes_the_index_entries_too(store, db_path):
     await store.save(make_exchange(1, text="my secret word is pineapple"))
     await store.save(make_exchange(2, caller="bob", text="bob likes pineapple too"))
