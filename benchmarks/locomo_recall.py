@@ -98,8 +98,8 @@ CATEGORIES = {
     5: "adversarial",
 }
 EVIDENCE_RE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
-CALLER_CLIP = 500  # memory.format_block: _clip(user_text, 500)
-REPLY_CLIP = 300  # memory.format_block: _clip(assistant_text, 300)
+CALLER_CLIP = 300  # memory.format_block clips each side to memory.TURN_CHARS
+REPLY_CLIP = 300
 RECALL_KS = (5, 10)
 RECENCY_EXCHANGES = 64  # more than fit any sane cap; format_block cuts at the cap
 # The reference BM25 yardstick from the data README (one row per turn, k turns).
@@ -427,6 +427,7 @@ class Bench:
                     stored[d] = stored.get(d, 0) + 1
                     by_turn[d] = e
         caller_turns = {d for s in c.sessions for r in s.runs for d in r.caller_ids}
+        self.caller_turns = caller_turns
         for d, e in by_turn.items():
             side = e.user_text if d in caller_turns else e.assistant_text
             side_ok += norm(c.fed[d]) in norm(side)
@@ -443,16 +444,24 @@ class Bench:
             "turns_stored_on_right_side_with_fed_text": side_ok,
         }
 
+    def shown_turns(self, e: Any, side: str) -> set[str]:
+        """The turns of exchange ``e`` on the side(s) its block line shows (as
+        memory._exchange_line picks them from ``side``)."""
+        caller = side != "reply" or not e.assistant_text
+        reply = side != "caller" and bool(e.assistant_text)
+        return {d for d in self.exchange_turns(e) if (caller if d in self.caller_turns else reply)}
+
     def exchange_turns(self, e: Any) -> set[str]:
         out: set[str] = set()
         for item_id in e.item_ids:
             out.update(self.item_turns.get(item_id, []))
         return out
 
-    def exchange_line(self, e: Any) -> str:
-        """The block line of one exchange, rendered by the generated format_block."""
+    def exchange_line(self, e: Any, side: str = "both") -> str:
+        """The block line of one exchange showing ``side`` (Recall.sides), rendered by
+        the generated format_block."""
         return self.memory.format_block(
-            self.memory.Recall(exchanges=(e,)), max_chars=10**9
+            self.memory.Recall(exchanges=(e,), sides=(side,)), max_chars=10**9
         ).splitlines()[-1]
 
     async def ask(
@@ -525,12 +534,19 @@ class Bench:
                 rec["raw_recall_ms"] = round((time.perf_counter() - t) * 1000, 4)
                 # Cross-check by item ids: evidence in a ranked exchange whose line (as
                 # format_block renders it) survived the cap.
-                lines = block.splitlines()
-                shown = [e for e in top.exchanges if self.exchange_line(e) in lines]
-                in_block_ids = set().union(*(self.exchange_turns(e) for e in shown))
+                lines = set(block.splitlines())
+                sides = top.sides or ("both",) * len(top.exchanges)
+                shown = [
+                    (e, side, line)
+                    for e, side in zip(top.exchanges, sides, strict=True)
+                    if (line := self.exchange_line(e, side)) in lines
+                ]
+                in_block_ids: set[str] = set()
+                for e, side, _ in shown:
+                    in_block_ids |= self.shown_turns(e, side)
                 rec["exchanges_ranked"] = len(top.exchanges)
                 rec["exchanges_in_block"] = len(shown)
-                rec["exchange_chars_in_block"] = sum(len(self.exchange_line(e)) + 1 for e in shown)
+                rec["exchange_chars_in_block"] = sum(len(line) + 1 for *_, line in shown)
                 rec["found_in_block_by_id"] = [d for d in ev if d in in_block_ids]
                 for k in RECALL_KS:
                     r = await store.recall(caller_id, q, limit=k)
