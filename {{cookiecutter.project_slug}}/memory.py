@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import importlib
 import itertools
@@ -951,9 +952,7 @@ def format_block(
         return [title, *kept]
 
     asked = query_words(query)
-    claims: set[Exchange] = set()
     if asked:
-        claims = {e for e in recall.exchanges if _agent_only(asked, e)}
         recall = replace(
             recall,
             facts=_by_relevance(asked, recall.facts, lambda f: f"{fact_label(f.kind)} {f.value}"),
@@ -975,9 +974,12 @@ def format_block(
     titles = {False: "Earlier exchanges that may be related:", True: AGENT_CLAIMS_TITLE}
     sides = recall.sides or ("both",) * len(recall.exchanges)
     for e, side in zip(recall.exchanges, sides, strict=True):
-        section = sections[e in claims]
         line = _exchange_line(e, zone, side)
-        cost = len(line) + 1 + (0 if section else len(titles[e in claims]) + 1)
+        if len(line) + 1 > room:  # (before the word matching below, which costs more)
+            continue
+        claim = bool(asked) and _agent_only(asked, e)
+        section = sections[claim]
+        cost = len(line) + 1 + (0 if section else len(titles[claim]) + 1)
         if line not in section and cost <= room:
             section.append(line)
             room -= cost
@@ -1015,6 +1017,7 @@ def relevance(asked: list[str], text: str) -> int:
 _SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ied", "ed", "es", "ic", "ly", "al", "s", "y")
 
 
+@functools.lru_cache(maxsize=8192)
 def _stem(word: str) -> str:
     if len(word) > 4 and word.isascii():
         for suffix in _SUFFIXES:
@@ -1030,7 +1033,7 @@ def _by_relevance(asked: list[str], items: tuple[Any, ...], text: Callable[[Any]
 
 def _agent_only(asked: list[str], e: Exchange) -> bool:
     # found through what the agent said, with nothing of the caller's words matching
-    return relevance(asked, e.user_text) == 0 and relevance(asked, e.assistant_text) > 0
+    return not relevance(asked, e.user_text) and relevance(asked, e.assistant_text) > 0
 
 
 def remembered_sentence(done: Remembered, others: Sequence[Fact] = ()) -> str:
