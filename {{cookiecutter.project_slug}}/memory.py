@@ -914,6 +914,9 @@ def format_block(
     With ``now`` (seconds since the epoch), every block ends with the current date
     and time (``time_line``); dates in the block are in ``deployment_zone()``.
 
+    Each exchange line shows the side(s) ``recall.sides`` names (both when it is
+    empty), each clipped to ``TURN_CHARS``.
+
     With ``query`` (the caller's latest words), facts and summaries that share words
     with it (``relevance``) go first, so what the caller asks about is never dropped
     for newer ones; an exchange that matches the query only through the agent's
