@@ -81,8 +81,10 @@ async def test_a_word_the_caller_always_says_still_finds_their_newest_exchanges(
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
         assert sqlite_store.search_terms(conn, "coffee", ALICE)[1] > 1  # over the bound
     recall = await store.recall(ALICE, "What about coffee?")
-    # the newest MAX_RANKED rows that hold it are ranked (rowids grow with time)
-    assert sorted(e.user_text for e in recall.exchanges) == sorted(e.user_text for e in said[-4:])
+    # the newest MAX_RANKED rows that hold it are ranked (rowids grow with time); rows
+    # are turns, and two of each exchange hold it: the caller's, and the reply's
+    # context (see sqlite_store._index_turns)
+    assert sorted(e.user_text for e in recall.exchanges) == sorted(e.user_text for e in said[-2:])
 
 
 async def test_words_the_caller_never_said_search_nothing(store, monkeypatch, db_path):
