@@ -247,7 +247,8 @@ def open_store(url: str) -> SQLiteStore:
     from a newer version of this code or of another application, and
     ``StoreUnavailable`` for a file that cannot be opened or written; each names
     the path. A file another process holds locked past ``BUSY_TIMEOUT`` (migrating
-    it, or in a long write) is not an error: it is opened when first used."""
+    it, or in a long write), or on a full disk, is not an error: it is opened when
+    first used, and calls meanwhile go on without memory."""
     return SQLiteStore.open(path_of(url))
 
 
@@ -297,19 +298,18 @@ class SQLiteStore:
         try:
             store._conn()  # the first connection checks and migrates the file
         except (sqlite3.Error, OSError) as exc:
-            if not _busy(exc):
+            if not _passing(exc):
                 raise StoreUnavailable(
                     f"cannot use {store.path} as the memory file: {exc}"
                 ) from exc
-            # Another process held the write lock past the busy timeout: it is
-            # migrating the file (an upgrade of a big one takes seconds) or in a long
-            # write (a purge, a forget's index merge). Failing here would fail this job
-            # process's prewarm, and LiveKit would give the call no agent; instead the
-            # first use checks and migrates the file, and calls meanwhile go on
-            # without memory.
+            # Locked past the busy timeout by another process (migrating the file at
+            # an upgrade, seconds for a big one; a long write), or the disk is full:
+            # conditions that pass. Failing here would fail this job process's
+            # prewarm, and LiveKit would give the call no agent; instead the first use
+            # checks and migrates the file, and calls meanwhile go on without memory.
             logger.warning(
-                "memory: %s is locked by another process (%s); this process opens it "
-                "when it is first used",
+                "memory: %s cannot be opened now (%s); calls go on without memory, "
+                "and it is opened when first used",
                 store.path,
                 exc,
             )
@@ -864,11 +864,15 @@ def _row_to_exchange(r: sqlite3.Row) -> Exchange:
     )
 
 
-def _busy(exc: BaseException) -> bool:
-    """Whether ``exc`` is SQLite's "database is locked": another connection holds the
-    lock this one waited for (SQLITE_BUSY and its extended codes)."""
+PASSING = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
+"""SQLite's result codes for conditions that pass (another process's lock, a full disk,
+a failed write): a file that gives one when opened is opened on first use instead."""
+
+
+def _passing(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of ``PASSING`` (or one of their extended codes)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+    return isinstance(code, int) and code & 0xFF in PASSING
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

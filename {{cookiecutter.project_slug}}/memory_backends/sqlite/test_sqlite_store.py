@@ -9,6 +9,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import resource
 import sqlite3
 import time
 from pathlib import Path
@@ -350,7 +351,7 @@ async def test_a_file_another_process_holds_locked_is_opened_when_first_used(tmp
     conn.execute("BEGIN IMMEDIATE")  # the other process, mid-migration
     with caplog.at_level(logging.WARNING, logger="memory"):
         store = memory.open_store(f"sqlite:///{path}")
-    assert "locked by another process" in caplog.text
+    assert "cannot be opened now (database is locked)" in caplog.text
     conn.execute("ROLLBACK")
     conn.close()
     try:
@@ -361,6 +362,34 @@ async def test_a_file_another_process_holds_locked_is_opened_when_first_used(tmp
     finally:
         await store.close()
     conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    conn.close()
+
+
+def _open_with_no_room(url: str) -> None:
+    # A full disk, for this process only: no file may grow (RLIMIT_FSIZE).
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    store = memory.open_store(url)
+
+    async def save() -> None:
+        with pytest.raises(sqlite3.OperationalError):
+            await store.save(make_exchange(1, text="said while the disk was full"))
+        await store.close()
+
+    asyncio.run(save())
+
+
+def test_a_new_file_on_a_full_disk_does_not_fail_the_process_that_opens_it(tmp_path):
+    # It failed prewarm (StoreUnavailable: disk I/O error), and LiveKit gave the call
+    # no agent; saves fail instead, are retried, and what stays unsaved is logged.
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    process = multiprocessing.get_context("spawn").Process(target=_open_with_no_room, args=(url,))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    store = memory.open_store(url)  # room again: created and migrated on first use
+    asyncio.run(store.close())
+    conn = sqlite3.connect(tmp_path / "memory.db")
     assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
     conn.close()
 
