@@ -1808,7 +1808,7 @@ class CallMemory:
         return recall
 
     def _block(self, recall: Recall | None, *, partial: bool = False, query: str = "") -> str:
-        try:
+        def block(recall: Recall | None, partial: bool) -> str:
             return format_block(
                 recall,
                 max_chars=self.max_block_chars,
@@ -1816,12 +1816,19 @@ class CallMemory:
                 now=self.clock(),
                 query=query,
             )
+
+        try:
+            return block(recall, partial)
         except Exception as exc:
             # A row no block can show (a SQLite value of another type, written by a
-            # hand edit or another program; a service's odd answer) costs this reply
-            # its memory, never the reply: this runs inside llm_node.
-            self._warn_once("show", "could not show what memory holds; replying without: %r", exc)
-            return format_block(None, max_chars=self.max_block_chars, now=self.clock())
+            # hand edit or another program; a service's odd answer) is left out; it
+            # never costs the reply, which waits on this inside llm_node.
+            self._warn_once("show", "could not show a remembered row; left out: %r", exc)
+        try:
+            shown = _showable(recall, query) if recall is not None else None
+            return block(shown, partial or shown is None or shown.empty)
+        except Exception:
+            return block(None, True)
 
     async def lookup(self, query: str) -> str:
         """What a recall tool returns for ``query`` (the model's words for what to look
@@ -2234,6 +2241,31 @@ class CallMemory:
         if kind not in self._warned:
             self._warned.add(kind)
             logger.warning("memory: " + message, *args)
+
+
+def _showable(recall: Recall, query: str) -> Recall:
+    """``recall`` without the facts, summaries and exchanges that ``format_block``
+    cannot show (each tried on its own)."""
+
+    def shows(one: Recall) -> bool:
+        try:
+            format_block(one, now=0.0, query=query)
+        except Exception:
+            return False
+        return True
+
+    sides = recall.sides or ("both",) * len(recall.exchanges)
+    kept = [
+        (e, side)
+        for e, side in zip(recall.exchanges, sides, strict=True)
+        if shows(Recall(exchanges=(e,), sides=(side,)))
+    ]
+    return Recall(
+        tuple(f for f in recall.facts if shows(Recall(facts=(f,)))),
+        tuple(s for s in recall.summaries if shows(Recall(summaries=(s,)))),
+        tuple(e for e, _ in kept),
+        tuple(side for _, side in kept) if recall.sides else (),
+    )
 
 
 def _being_cancelled() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import dataclasses
 import logging
 import time
 
@@ -291,6 +292,36 @@ async def test_a_new_turn_with_the_same_words_recalls_afresh():
     await store.remember(ALICE, memory.Fact.of("home city", "Porto"))
     assert 'home city: "Lisbon"' in await call.block_for("I moved to Porto.", turn=1)  # same turn
     assert 'home city: "Porto"' in await call.block_for("I moved to Porto.", turn=2)
+    await call.aclose()
+
+
+class Answers(InMemoryStore):
+    """A store whose recall answers with the given rows, whatever they hold."""
+
+    def __init__(self, recall: memory.Recall) -> None:
+        super().__init__()
+        self.answer = recall
+
+    async def recall(self, caller_id, query, *, limit=8, exclude_call_id=None):
+        return self.answer
+
+
+async def test_rows_no_block_can_show_are_left_out_with_their_sides():
+    good, bad = make_exchange(1, text="We met in Porto."), make_exchange(2, text="Porto again")
+    bad = dataclasses.replace(bad, created_at="last week")
+    recall = memory.Recall(exchanges=(bad, good), sides=("both", "caller"))
+    call = memory.CallMemory(Answers(recall), ALICE, "call-1")
+    block = await call.block_for("Where did we meet? Porto?", turn=1)
+    assert '"We met in Porto."' in block and "again" not in block
+    assert memory.MEMORY_UNAVAILABLE not in block
+    await call.aclose()
+
+
+async def test_when_no_row_can_be_shown_the_block_says_memory_could_not_be_read():
+    bad = memory.Fact("name", "Sam", updated_at=1.7e9, learned_at="2020")
+    call = memory.CallMemory(Answers(memory.Recall(facts=(bad,))), ALICE, "call-1")
+    block = await call.block_for("What is my name?", turn=1)
+    assert block.splitlines()[0] == memory.MEMORY_UNAVAILABLE
     await call.aclose()
 
 
