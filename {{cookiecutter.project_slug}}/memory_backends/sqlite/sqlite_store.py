@@ -859,9 +859,19 @@ def _row_to_exchange(r: sqlite3.Row) -> Exchange:
         user_text=r["user_text"],
         assistant_text=r["assistant_text"],
         interrupted=bool(r["interrupted"]),
-        item_ids=tuple(json.loads(r["item_ids"])),
+        item_ids=_item_ids(r["item_ids"]),
         created_at=r["created_at"],
     )
+
+
+def _item_ids(stored: Any) -> tuple[str, ...]:
+    # LiveKit's item ids, kept for reference only: a value that is no JSON list (a
+    # hand edit, another program) must not fail the recall of every other row.
+    try:
+        ids = json.loads(stored)
+    except (TypeError, ValueError):
+        return ()
+    return tuple(str(i) for i in ids) if isinstance(ids, list) else ()
 
 
 PASSING = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)

@@ -34,6 +34,23 @@ async def test_recall_matches_other_word_forms(store):
     assert [e.user_text for e in recall.exchanges] == ["We went hiking in the Alps."]
 
 
+async def test_an_exchange_whose_item_ids_are_not_json_is_still_recalled(store, db_path):
+    # Its JSONDecodeError once failed the whole recall: every row of the caller, for
+    # every question its words matched, was lost to the reply.
+    await store.save(make_exchange(1, text="My dog Rex loves the beach."))
+    await store.save(make_exchange(2, text="Rex swam at the beach again."))
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE exchanges SET item_ids = 'not json[' WHERE user_text LIKE 'My dog%'")
+    conn.commit()
+    conn.close()
+    recall = await store.recall(ALICE, "Where does Rex go, the beach?")
+    assert sorted(e.user_text for e in recall.exchanges) == [
+        "My dog Rex loves the beach.",
+        "Rex swam at the beach again.",
+    ]
+    assert [e.item_ids for e in await store.exchanges(ALICE)] == [(), ("item_2",)]
+
+
 async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
     await store.save(make_exchange(1, text="what did you do"))
     assert (await store.recall(ALICE, "what did you do?")).exchanges == ()
