@@ -257,7 +257,15 @@ def path_of(url: str) -> Path:
     project's folder, ``sqlite:////abs/memory.db`` is absolute. Query strings are
     not accepted (nothing here reads them)."""
     parts = urlsplit(url)
-    if parts.scheme.split("+")[0] != "sqlite" or parts.netloc or parts.query or parts.fragment:
+    # "sqlite:memory.db" has no "/" before its path: cutting the first character as
+    # below would open "emory.db".
+    if (
+        parts.scheme.split("+")[0] != "sqlite"
+        or parts.netloc
+        or parts.query
+        or parts.fragment
+        or not parts.path.startswith("/")
+    ):
         raise InvalidStoreUrl(
             f"{url!r} is not a sqlite URL such as sqlite:///memory.db (relative to the "
             "project folder) or sqlite:////data/memory.db (absolute)"

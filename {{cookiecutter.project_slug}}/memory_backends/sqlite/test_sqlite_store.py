@@ -271,6 +271,7 @@ def test_a_sqlite_url_names_a_file_relative_to_the_project_or_absolute(url, path
         "sqlite://host/memory.db",
         "sqlite:///m.db?mode=ro",
         "sqlite:///dir/",
+        "sqlite:memory.db",  # once opened "emory.db"
     ],
 )
 def test_a_sqlite_url_without_a_file_is_refused_by_name(url):
