@@ -5,10 +5,10 @@ Imports the template's own memory.py and sqlite_store.py (copied unrendered into
 generated projects). Generated SQLite files of 10k, 100k and 1M exchanges (cached in
 /tmp, see --cache; never committed). Every file holds:
 
-- **caller A** (100 exchanges) and **caller B** (10,000 exchanges), loaded first, so
-  the "10k" file is these two callers alone (10,100 rows) and both are measured at
-  every size;
-- other callers' rows (10,000 other callers) up to the size;
+- **caller A** (100 exchanges, 9 call summaries, 5 facts) and **caller B** (10,000
+  exchanges, 834 call summaries, 40 facts), loaded first, so the "10k" file is these
+  two callers alone (10,100 rows) and both are measured at every size;
+- other callers' rows (10,000 other callers) up to the size, a call summary per 12;
 - **bare FTS5**: the store's first design, a plain FTS5 table over the raw text with a
   ``caller_key`` column (``caller_key:k AND (w1 OR w2 ...)``, ``ORDER BY bm25 LIMIT
   8``), filled with the same rows.
@@ -59,6 +59,8 @@ from scale import FUNCTION_WORDS, Text, caller_of, percentile  # noqa: E402
 CALLER_A = "caller-a@example.com"  # 100 exchanges
 CALLER_B = "caller-b@example.com"  # 10,000 exchanges
 OWN = {CALLER_A: 100, CALLER_B: 10_000}
+FACTS = {CALLER_A: 5, CALLER_B: 40}
+LAYOUT = 2  # of the generated files: a new number builds them afresh
 BARE_FTS = """CREATE VIRTUAL TABLE bare_fts USING fts5 (
     caller_key, user_text, assistant_text, tokenize='porter unicode61 remove_diacritics 2')"""
 
@@ -75,11 +77,26 @@ def exchange(text: Text, caller: str, n: int) -> memory.Exchange:
     )
 
 
-def load(path: Path, batch: list[memory.Exchange]) -> None:
+def load(path: Path, batch: list[memory.Exchange], facts: int = 0) -> None:
     """Into the store's table with the words a save indexes (sqlite_store.indexed_words;
-    its triggers keep the index) and into the bare FTS5 table, in one transaction."""
+    its triggers keep the index) and into the bare FTS5 table, in one transaction.
+    Every 12th exchange also gets a call summary (its two sides), and the first
+    ``facts`` exchanges a fact each (kind "note", value its first 60 characters)."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
+    conn.executemany(
+        """INSERT OR IGNORE INTO summaries (caller_id, call_id, text, created_at)
+           VALUES (?, ?, ?, ?)""",
+        [
+            (e.caller_id, e.call_id, f"{e.user_text}. {e.assistant_text}", e.created_at)
+            for e in batch[::12]
+        ],
+    )
+    conn.executemany(
+        """INSERT INTO facts (caller_id, kind, value, learned_at, updated_at)
+           VALUES (?, 'note', ?, ?, ?)""",
+        [(e.caller_id, e.user_text[:60], e.created_at, e.created_at) for e in batch[:facts]],
+    )
     conn.executemany(
         """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
            assistant_text, interrupted, item_ids, created_at, user_words, reply_words)
@@ -110,7 +127,8 @@ def load(path: Path, batch: list[memory.Exchange]) -> None:
 def files(cache: Path, sizes: list[int], seed: int) -> dict[int, tuple[Path, float]]:
     """The generated file of each size, with the seconds its fill took: built once
     (callers A and B, then other callers' rows, each size grown from the one before)
-    and kept in ``cache``, whose name holds the schema version and the seed."""
+    and kept in ``cache``, whose name holds the schema version,
+    LAYOUT and the seed."""
     cache.mkdir(parents=True, exist_ok=True)
     made = {s: cache / f"{s}.db" for s in sizes}
     fill_s = json.loads((cache / "fill.json").read_text()) if (cache / "fill.json").exists() else {}
@@ -129,7 +147,11 @@ def files(cache: Path, sizes: list[int], seed: int) -> dict[int, tuple[Path, flo
     n = 0
     for caller, count in OWN.items():
         for i in range(0, count, 5_000):
-            load(work, [exchange(text, caller, n + j) for j in range(min(5_000, count - i))])
+            load(
+                work,
+                [exchange(text, caller, n + j) for j in range(min(5_000, count - i))],
+                facts=FACTS[caller] if i == 0 else 0,
+            )
             n += min(5_000, count - i)
     for size in sorted(sizes):
         while n < size:
@@ -245,7 +267,7 @@ async def measure(path: Path, rng: random.Random, recalls: int) -> dict[str, Any
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    cache = args.cache / f"schema{sqlite_store.SCHEMA_VERSION}-seed{args.seed}"
+    cache = args.cache / f"schema{sqlite_store.SCHEMA_VERSION}-layout{LAYOUT}-seed{args.seed}"
     made = files(cache, sizes, args.seed)
     rng = random.Random(args.seed + 1)
     results: list[dict[str, Any]] = []
