@@ -190,6 +190,19 @@ def test_dates_are_shown_in_the_deployment_zone_and_the_zone_is_named(monkeypatc
         assert "Sunday, 29 November 2026, 20:30" in memory.format_block(empty, now=LA_EVENING)
 
 
+def test_one_block_looks_the_zone_up_once_however_many_facts_it_dates(monkeypatch):
+    # Looking the machine's zone up reads /etc/localtime; once per fact it was most of
+    # the block's time for a caller with 40 facts (benchmarks/cost.py in the kit).
+    monkeypatch.setenv(memory.TIMEZONE_SETTING, "America/Los_Angeles")
+    looked_up: list[object] = []
+    zone = memory.deployment_zone
+    monkeypatch.setattr(memory, "deployment_zone", lambda: looked_up.append(zone()) or zone())
+    facts = tuple(memory.Fact(f"note_{n}", f"value {n}", LA_EVENING, LA_EVENING) for n in range(20))
+    block = memory.format_block(memory.Recall(facts=facts), now=LA_EVENING)
+    assert block.count("(since November 2026)") == 20
+    assert len(looked_up) == 1
+
+
 def test_without_the_setting_dates_follow_the_machines_zone(monkeypatch):
     monkeypatch.delenv(memory.TIMEZONE_SETTING, raising=False)
     monkeypatch.setenv("TZ", "Asia/Tokyo")
