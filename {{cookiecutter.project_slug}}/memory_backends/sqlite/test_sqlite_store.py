@@ -126,6 +126,18 @@ async def test_a_big_callers_found_rows_are_read_by_rowid_among_small_callers(st
     assert [step[3] for step in plan] == ["SEARCH exchanges USING INTEGER PRIMARY KEY (rowid=?)"]
 
 
+async def test_the_latest_call_summaries_are_read_from_an_index_not_sorted(store, db_path):
+    for n in range(5):
+        await store.save_summary(ALICE, f"call-{n}", f"summary {n}")
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        plan = conn.execute(f"EXPLAIN QUERY PLAN {sqlite_store.LATEST_SUMMARIES}", (ALICE, 3))
+        assert [step[3] for step in plan] == [
+            "SEARCH summaries USING INDEX summaries_by_time (caller_id=?)"
+        ]
+    recall = await store.recall(ALICE, "")
+    assert [s.text for s in recall.summaries] == ["summary 4", "summary 3", "summary 2"]
+
+
 def test_thai_words_are_not_cut_at_their_vowel_marks():
     # "\w+" splits เชียงใหม่ (Chiang Mai) before each vowel sign and tone mark
     words = memory.query_words("เชียงใหม่")
