@@ -12,7 +12,6 @@ that dispatch it by name (README.md, "Quick start").
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +50,8 @@ TTS_MODEL = "cartesia/sonic-3"
 # Where memory is kept: MEMORY_URL in the environment or .env.local (see .env.example);
 # unset or empty means the backend this project was generated with, at its default.
 # After each call the model lists the facts the caller stated (one request per call,
-# see README); MEMORY_EXTRACT_FACTS=off leaves facts to the remember tool alone.
-EXTRACT_FACTS = os.getenv("MEMORY_EXTRACT_FACTS", "on").strip().lower() not in ("off", "0", "false")
+# see README); MEMORY_EXTRACT_FACTS=off (or 0, false, no) leaves facts to the remember tool alone.
+EXTRACT_FACTS = not memory.switched_off("MEMORY_EXTRACT_FACTS")
 
 INSTRUCTIONS = """\
 You are a friendly voice assistant who remembers the people who call you.

@@ -283,11 +283,20 @@ def mask_sensitive(text: str) -> str:
     return _NUMBER_RUN.sub(_mask_run, text)
 
 
+OFF = ("0", "false", "no", "off")
+"""What turns an on/off setting off (any case, spaces around ignored)."""
+
+
+def switched_off(name: str) -> bool:
+    """Whether the environment's on/off setting ``name`` (default on) says off: one of
+    ``OFF``."""
+    return os.getenv(name, "on").strip().lower() in OFF
+
+
 def masking_on() -> bool:
     """``MEMORY_MASK_SENSITIVE`` (default on; "0", "false", "no" or "off" turns
     masking off): whether CallMemory masks what it keeps with ``mask_sensitive``."""
-    setting = os.getenv("MEMORY_MASK_SENSITIVE", "1").strip().lower()
-    return setting not in ("0", "false", "no", "off")
+    return not switched_off("MEMORY_MASK_SENSITIVE")
 
 
 def _mask_iban(match: re.Match[str]) -> str:
