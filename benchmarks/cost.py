@@ -14,9 +14,10 @@ generated projects). Generated SQLite files of 10k, 100k and 1M exchanges (cache
   8``), filled with the same rows.
 
 At each size, side by side in one process, for each caller, one pass each over the
-same questions: ``store.recall`` as ``CallMemory.block_for`` calls it (limit 8, the
-current call left out), ``CallMemory.block_for`` itself (recall + ranking +
-formatting; a new turn each time, so nothing is cached) and the bare FTS5 query. Each
+same questions: ``store.recall`` as ``CallMemory.block_for`` calls it (the best
+``memory.RECALL_EXCHANGES``, the current call left out), ``CallMemory.block_for``
+itself (recall + ranking + formatting; a new turn each time, so nothing is cached)
+and the bare FTS5 query. Each
 is timed twice: wall clock (``time.perf_counter``) and CPU time of this process
 (``time.process_time``: the store's read runs on its reader thread, and no other
 thread of the process works meanwhile), which other processes' load inflates much less
@@ -26,7 +27,8 @@ Each question names three content words of one of the caller's own exchanges, pa
 with function words as a spoken question is. Text: scale.py's generator
 (Zipf-distributed words over a 30k-word vocabulary). p50 / p95 (nearest rank) over
 --recalls questions per caller and size, after 20 to warm up. "found": the share of
-questions whose own exchange came back (in the top 8; for block_for, in the block).
+questions whose own exchange came back (store: among those recalled; bare FTS5: in its
+top 8; block_for: its caller side in the block).
 
 Usage:
     nice -n 10 uv run python benchmarks/cost.py [--sizes 10000,100000,1000000] [--out results.json]
