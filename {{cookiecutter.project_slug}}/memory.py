@@ -32,6 +32,7 @@ import os
 import re
 import time
 import unicodedata
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
@@ -70,6 +71,13 @@ MAX_FACT_VALUE_CHARS = 500
 RECALL_EXCHANGES = 24
 RECENT_SUMMARIES = 3
 SAVE_ATTEMPTS = 3
+SKIP_DOWN_STORE_FOR = 5.0
+"""Seconds replies skip a store that has just failed with ``StoreUnavailable`` (server
+down, file gone): recall answers at once that memory could not be read, instead of
+every reply waiting the whole RECALL_BUDGET. Then one recall goes to the store in the
+background (a probe; the reply does not wait for it) and the skipping goes on until
+it, or a save after a failed save, succeeds; each failure waits this long again.
+Saves never skip (the ExchangeWriter keeps retrying)."""
 RETRY_PARKED_AFTER = (1.0, 5.0, 15.0, 30.0)
 """Seconds after which exchanges that failed SAVE_ATTEMPTS times are tried again
 (then every 30 s); a successful save of another exchange retries them at once."""
@@ -1515,6 +1523,82 @@ def clean_text(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+# -- Store health ---------------------------------------------------------------------
+
+
+class StoreHealth:
+    """Whether a store was last seen unreachable, shared by every call on that store
+    object in this process (``store_health``), so an outage costs one reply's wait,
+    not every reply's (``SKIP_DOWN_STORE_FOR``).
+
+    ``failed`` (a recall, preload or save raised ``StoreUnavailable``) starts the
+    skipping; ``skip()`` says whether a recall should not go to the store now, and
+    is False once each ``SKIP_DOWN_STORE_FOR`` seconds for the probe. A recall that
+    succeeds ends it, and so does a save that succeeds after a save failed (a store
+    with a local outbox accepts saves while its service is down, so a save says
+    nothing of recall). Logs the change once per outage: WARNING down, INFO back."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock  # seconds, monotonic
+        self.down = False
+        self.saves_failed = False
+        self.probe_at = 0.0
+        self.skipped = 0  # recalls not sent to the store (for tests and metrics)
+
+    def failed(self, exc: BaseException, *, save: bool = False) -> None:
+        if not isinstance(exc, StoreUnavailable):
+            return  # a slow answer or a bad row is not an unreachable store
+        if not self.down:
+            logger.warning(
+                "memory: the store is unavailable (%s); replies go without recall, "
+                "trying it again every %g s",
+                exc,
+                SKIP_DOWN_STORE_FOR,
+            )
+        self.down = True
+        self.saves_failed = self.saves_failed or save
+        self.probe_at = self.clock() + SKIP_DOWN_STORE_FOR
+
+    def worked(self, *, save: bool = False) -> None:
+        if not self.down or (save and not self.saves_failed):
+            return
+        self.down = self.saves_failed = False
+        logger.info("memory: the store answers again; replies recall from it")
+
+    def skip(self) -> bool:
+        """True: answer without the store now. False while up, and once per
+        ``SKIP_DOWN_STORE_FOR`` while down (that recall is the probe)."""
+        if not self.down:
+            return False
+        if self.clock() >= self.probe_at:
+            self.probe_at = self.clock() + SKIP_DOWN_STORE_FOR
+            return False
+        self.skipped += 1
+        return True
+
+    def watch(self, task: asyncio.Task[Any]) -> None:
+        """Take the outcome of a recall task (as a done callback)."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            self.worked()
+        else:
+            self.failed(exc)
+
+
+_HEALTH: weakref.WeakKeyDictionary[Any, StoreHealth] = weakref.WeakKeyDictionary()
+
+
+def store_health(store: MemoryStore) -> StoreHealth:
+    """The ``StoreHealth`` of ``store`` in this process (one per store object; a new
+    one, not shared, for a store that cannot be weakly referenced)."""
+    try:
+        return _HEALTH.setdefault(store, StoreHealth())
+    except TypeError:
+        return StoreHealth()
+
+
 # -- Background writer ---------------------------------------------------------------
 
 
@@ -1637,7 +1721,8 @@ Trace = Callable[[str, int, int, dict[str, Any]], None]
 """A hook that records one memory operation (agent.py makes it a span in LiveKit's
 traces): its name ("memory.recall" or "memory.save"), start and end (nanoseconds since
 the epoch, ``time.time_ns``) and attributes: "memory.outcome" (a recall: "hit",
-"nothing known", "unavailable" or "timed out"; a save: "saved", "unavailable" or
+"nothing known", "unavailable", "timed out" or "skipped": not asked, the store being
+known to be down, see ``SKIP_DOWN_STORE_FOR``; a save: "saved", "unavailable" or
 "timed out"), "memory.rows" (rows returned or written), "memory.duration_ms" and, for
 a recall, "memory.budget_ms". Called on the event loop; it must be quick."""
 
@@ -1682,10 +1767,12 @@ class CallMemory:
         self.block_requests = 0  # block_for calls (the wiring self-check counts them)
         self._asks_at_start: dict[str, int] = {}  # speech id -> block_requests then
         self._recall_tasks: dict[tuple[int | None, str], asyncio.Task[Recall]] = {}
+        self._probe: asyncio.Task[Recall] | None = None  # a recall no reply waits for
         self._preload: asyncio.Task[None] | None = None
         self._warned: set[str] = set()
         self.clock = clock  # seconds since the epoch: what the block says "now" is
         self.pairing = TurnPairing(self.caller_id or "", call_id, clock)
+        self.health = store_health(store)  # shared by the process's calls on this store
         self.writer = ExchangeWriter(store, self._save_failed)
         self.capturing = True  # False: nothing more of this call is saved
         self.masking = masking_on()  # card, id and account numbers masked before kept
@@ -1735,6 +1822,7 @@ class CallMemory:
         try:
             self.profile = await self.store.profile(self.caller_id)  # type: ignore[arg-type]
         except Exception as exc:
+            self.health.failed(exc)
             self._warn_once("preload", "could not preload the caller profile: %r", exc)
 
     async def facts(self) -> dict[str, str]:
@@ -1746,6 +1834,8 @@ class CallMemory:
         if self._preload is None:
             self.start()
         assert self._preload is not None
+        if self.health.down and not self._preload.done():
+            return {}  # the store is known to be down: no wait for it
         try:
             await asyncio.wait_for(asyncio.shield(self._preload), self.recall_budget)
         except asyncio.CancelledError:
@@ -1778,6 +1868,12 @@ class CallMemory:
         # The store's recall within the budget; None (warned once) when slow or failing.
         key = (turn, " ".join(user_text.split()).lower())
         task = self._recall_tasks.get(key) if turn is not None else None
+        probe = False
+        if task is None and self.health.down:
+            if self.health.skip():  # known to be down: no wait, the block says so
+                self._recalled(time.time_ns(), "skipped")
+                return None
+            probe = True  # the store is tried in the background; this reply does not wait
         if task is None:
             self.recalls += 1
             task = asyncio.create_task(
@@ -1790,13 +1886,18 @@ class CallMemory:
                 name="memory-recall",
             )
             task.add_done_callback(_consume_exception)
-            if turn is not None:
+            task.add_done_callback(self.health.watch)
+            if turn is not None and not probe:  # a probe is waited for by no reply
                 # earlier turns' recalls are never asked for again
                 self._recall_tasks = {
                     k: t for k, t in self._recall_tasks.items() if (k[0] or 0) >= turn
                 }
                 self._recall_tasks[key] = task
         started = time.time_ns()
+        if probe:
+            self._probe = task  # aclose cancels it with the turns' recalls
+            self._recalled(started, "skipped")
+            return None
         try:
             recall = await asyncio.wait_for(asyncio.shield(task), self.recall_budget)
         except TimeoutError:
@@ -1877,8 +1978,12 @@ class CallMemory:
             await self.store.save(exchange)
             outcome = "saved"
             self._saved.add(exchange.key)
+            self.health.worked(save=True)
         except TimeoutError:
             outcome = "timed out"
+            raise
+        except Exception as exc:
+            self.health.failed(exc, save=True)
             raise
         finally:
             rows = 1 if outcome == "saved" else 0
@@ -2126,8 +2231,9 @@ class CallMemory:
             self._closed = True
             if self._preload is not None and not self._preload.done():
                 self._preload.cancel()
-            for task in self._recall_tasks.values():
-                task.cancel()
+            for task in [*self._recall_tasks.values(), self._probe]:
+                if task is not None:
+                    task.cancel()
             self._closing = asyncio.create_task(self._close(reason, timeout), name="memory-close")
         return await asyncio.shield(self._closing)
 

@@ -203,13 +203,71 @@ async def test_a_failing_store_still_gets_a_reply_and_warns_once(store, caplog):
             await say(session, "Second question?")
     assert last_block(model).splitlines()[0] == memory.MEMORY_UNAVAILABLE
     assert memory.NOTHING_KNOWN not in str(model.replies[-1].items)
-    warnings = [r for r in caplog.records if "recall failed" in r.getMessage()]
-    assert len(warnings) == 1
+    # once: the store is known to be down after the first failure, so later turns
+    # do not ask it (the preload may fail first, and then no recall fails at all)
+    down = [r for r in caplog.records if "store is unavailable" in r.getMessage()]
+    failed = [r for r in caplog.records if "recall failed" in r.getMessage()]
+    assert len(down) == 1 and len(failed) <= 1
     # Capture does not depend on recall: the turns were still saved.
     assert [e.user_text for e in await store.exchanges(ALICE)] == [
         "First question?",
         "Second question?",
     ]
+
+
+async def test_while_the_store_is_down_replies_skip_recall_until_a_probe_finds_it_back(
+    store, caplog
+):
+    down = Counting(Failing(store, "recall"))
+    model = ScriptedLLM()
+    outcomes: list[str] = []
+
+    def trace(name, started, ended, attributes):
+        if name == "memory.recall":
+            outcomes.append(attributes["memory.outcome"])
+
+    with caplog.at_level(logging.INFO, logger="memory"):
+        async with call(down, ALICE, model, trace=trace) as (session, call_memory):
+            # The greeting's recall fails: the store is known to be down, and the
+            # turns after it do not ask it (nor wait the recall budget for it).
+            for n in range(4):
+                await say(session, f"Question {n}?")
+                assert last_block(model).splitlines()[0] == memory.MEMORY_UNAVAILABLE
+            assert down.calls["recall"] == 1
+            assert outcomes == ["unavailable"] + ["skipped"] * 4
+            # The store is back. Once SKIP_DOWN_STORE_FOR is over, a turn's recall
+            # goes to the store in the background; the reply does not wait for it.
+            down.inner.methods.clear()
+            call_memory.health.probe_at = 0.0
+            await say(session, "Question 4?")
+            assert down.calls["recall"] == 2 and outcomes[-1] == "skipped"
+            assert call_memory._probe is not None
+            await asyncio.wait_for(call_memory._probe, 5)
+            await say(session, "Question 5?")
+            assert down.calls["recall"] == 3 and outcomes[-1] == "nothing known"
+            assert memory.MEMORY_UNAVAILABLE not in last_block(model)
+    said = [r.getMessage() for r in caplog.records if "memory: the store" in r.getMessage()]
+    assert len(said) == 2, said
+    assert "store is unavailable" in said[0] and "answers again" in said[1]
+    # nothing was lost meanwhile: every turn was saved
+    assert len(await store.exchanges(ALICE)) == 6
+
+
+async def test_a_save_that_works_after_failed_saves_ends_the_skipping(store):
+    broken = [True]
+    down = Counting(Failing(store, "save", when=lambda _: broken[0]))
+    async with call(down, ALICE, ScriptedLLM()) as (session, call_memory):
+        await say(session, "First question?")
+        await call_memory.flush()  # its save fails every attempt: parked, store down
+        assert call_memory.health.down
+        recalls = down.calls["recall"]
+        broken[0] = False
+        await say(session, "Second question?")  # recall skipped; its save works
+        await call_memory.flush()
+        assert down.calls["recall"] == recalls and not call_memory.health.down
+        await say(session, "Third question?")
+        assert down.calls["recall"] == recalls + 1
+    assert len(await store.exchanges(ALICE)) == 3  # none lost
 
 
 class Unshowable(StoreWrapper):

@@ -79,7 +79,8 @@ async def test_a_span_says_nothing_known_unavailable_or_timed_out(store, spans):
     ) as (session, _):
         await say(session, "Hello there.")
     outcomes = [dict(s.attributes)["memory.outcome"] for s in memory_spans(spans, "memory.recall")]
-    assert outcomes == ["nothing known"] * 2 + ["unavailable"] * 2 + ["timed out"] * 2
+    # after the first failure the store is known to be down: the next recall is skipped
+    assert outcomes == ["nothing known"] * 2 + ["unavailable", "skipped"] + ["timed out"] * 2
     saves = [dict(s.attributes)["memory.outcome"] for s in memory_spans(spans, "memory.save")]
     assert "saved" in saves and "unavailable" in saves
 

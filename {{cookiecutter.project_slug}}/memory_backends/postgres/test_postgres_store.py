@@ -329,6 +329,35 @@ def test_a_real_worker_whose_server_is_down_replies_and_logs_it_once():
     assert len(lines) == 1 and "cannot reach PostgreSQL at 127.0.0.1" in lines[0], lines
 
 
+async def test_once_the_server_is_found_down_later_replies_do_not_wait_for_it():
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = memory.open_store(f"postgresql://postgres@127.0.0.1:{port}/test")
+    call = memory.CallMemory(store, ALICE, "call-1")
+    outcomes: list[str] = []
+    call.trace = lambda name, started, ended, attrs: outcomes.append(attrs["memory.outcome"])
+    try:
+        # The first reply waits the recall budget; the pool's "no connection" comes
+        # after it, and marks the store down for every call of this process.
+        assert memory.MEMORY_UNAVAILABLE in (await call.block_for("Hello?", turn=1) or "")
+        (first,) = call._recall_tasks.values()
+        with contextlib.suppress(memory.StoreUnavailable):
+            await first
+        assert call.health.down
+        for turn in (2, 3, 4):
+            block = await call.block_for(f"Question {turn}?", turn=turn)
+            assert memory.MEMORY_UNAVAILABLE in (block or "")
+        assert outcomes == ["timed out", "skipped", "skipped", "skipped"]
+        assert call.recalls == 1
+        other = memory.CallMemory(store, "bob", "call-2")
+        await other.block_for("Hi?", turn=1)
+        assert other.recalls == 0  # another call in this process knows it too
+    finally:
+        await call.aclose()
+        await store.close()
+
+
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
