@@ -62,7 +62,7 @@ CALLER_A = "caller-a@example.com"  # 100 exchanges
 CALLER_B = "caller-b@example.com"  # 10,000 exchanges
 OWN = {CALLER_A: 100, CALLER_B: 10_000}
 FACTS = {CALLER_A: 5, CALLER_B: 40}
-LAYOUT = 2  # of the generated files: a new number builds them afresh
+LAYOUT = 3  # of the generated files: a new number builds them afresh
 BARE_FTS = """CREATE VIRTUAL TABLE bare_fts USING fts5 (
     caller_key, user_text, assistant_text, tokenize='porter unicode61 remove_diacritics 2')"""
 
@@ -80,8 +80,8 @@ def exchange(text: Text, caller: str, n: int) -> memory.Exchange:
 
 
 def load(path: Path, batch: list[memory.Exchange], facts: int = 0) -> None:
-    """Into the store's table with the words a save indexes (sqlite_store.indexed_words;
-    its triggers keep the index) and into the bare FTS5 table, in one transaction.
+    """Into the store's tables as a save writes them (sqlite_store._save; the store's
+    triggers keep its indexes) and into the bare FTS5 table, in one transaction.
     Every 12th exchange also gets a call summary (its two sides), and the first
     ``facts`` exchanges a fact each (kind "note", value its first 60 characters)."""
     conn = sqlite3.connect(path, isolation_level=None)
@@ -99,25 +99,8 @@ def load(path: Path, batch: list[memory.Exchange], facts: int = 0) -> None:
            VALUES (?, 'note', ?, ?, ?)""",
         [(e.caller_id, e.user_text[:60], e.created_at, e.created_at) for e in batch[:facts]],
     )
-    conn.executemany(
-        """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
-           assistant_text, interrupted, item_ids, created_at, user_words, reply_words)
-           VALUES (?, ?, ?, ?, ?, ?, 0, '[]', ?, ?, ?)""",
-        [
-            (
-                e.key,
-                e.caller_id,
-                sqlite_store.caller_key(e.caller_id),
-                e.call_id,
-                e.user_text,
-                e.assistant_text,
-                e.created_at,
-                sqlite_store.indexed_words(e.caller_id, e.user_text),
-                sqlite_store.indexed_words(e.caller_id, e.assistant_text),
-            )
-            for e in batch
-        ],
-    )
+    for e in batch:  # the store's own write, so the index holds what a save puts there
+        sqlite_store._save(conn, e)
     conn.executemany(
         "INSERT INTO bare_fts (caller_key, user_text, assistant_text) VALUES (?, ?, ?)",
         [(sqlite_store.caller_key(e.caller_id), e.user_text, e.assistant_text) for e in batch],
