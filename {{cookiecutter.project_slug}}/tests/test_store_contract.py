@@ -28,11 +28,15 @@ def fact(kind: str, value: str, at: float | None = None) -> memory.Fact:
 
 
 async def test_recall_ranks_the_exchange_that_matches_the_question_first(any_store):
+    # each in a call of its own: a store may also return the exchange after a match in
+    # the same call, as its context (sqlite indexes each turn with the one before)
     await any_store.save(
         make_exchange(1, text="I'm training for the Berlin marathon in September.")
     )
-    await any_store.save(make_exchange(2, text="My cat knocked over a plant today."))
-    await any_store.save(make_exchange(3, text="The weather is grey again."))
+    await any_store.save(
+        make_exchange(2, text="My cat knocked over a plant today.", call_id="call-2")
+    )
+    await any_store.save(make_exchange(3, text="The weather is grey again.", call_id="call-3"))
     recall = await any_store.recall(ALICE, "Which marathon am I training for?")
     assert recall.exchanges[0].user_text.startswith("I'm training for the Berlin marathon")
     assert all("cat" not in e.user_text for e in recall.exchanges)
