@@ -236,6 +236,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     lambda conn: _index_turns(conn),
     # 5: a caller's latest summaries read from an index (LATEST_SUMMARIES).
     "CREATE INDEX summaries_by_time ON summaries (caller_id, created_at);",
+    # 6: a turn's context also holds the whole exchange before it in the call.
+    lambda conn: _context_from_previous_exchange(conn),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = {"exchanges", "exchanges_fts", "turns_fts", "facts", "summaries"}
@@ -962,7 +964,7 @@ def _index_words_per_caller(conn: sqlite3.Connection) -> None:
     )
 
 
-_TURN_ROWS = """
+_TURN_ROWS_4 = """
     INSERT INTO turns_fts (rowid, words, context, day)
     SELECT {e}.rowid * 2, {e}.user_words,
            coalesce((SELECT CASE WHEN p.call_id = {e}.call_id THEN p.reply_words END
@@ -995,11 +997,46 @@ def _index_turns(conn: sqlite3.Connection) -> None:
         f"""CREATE VIRTUAL TABLE turns_fts USING fts5 (words, context, day,
             tokenize="{_FTS_TOKENIZER}")"""
     )
+    for statement in _split_sql(
+        _TURN_ROWS_4.format(e="x", source="FROM exchanges x", where="WHERE")
+    ):
+        conn.execute(statement)
+    insert = _TURN_ROWS_4.format(e="new", source="", where="WHERE")
+    conn.execute(f"CREATE TRIGGER turns_ai AFTER INSERT ON exchanges BEGIN {insert} END")
+    conn.execute(f"CREATE TRIGGER turns_ad AFTER DELETE ON exchanges BEGIN {_DROP_TURN_ROWS} END")
+    conn.execute(
+        f"CREATE TRIGGER turns_au AFTER UPDATE ON exchanges BEGIN {_DROP_TURN_ROWS} {insert} END"
+    )
+
+
+_PREVIOUS_EXCHANGE = """coalesce((SELECT CASE WHEN p.call_id = {e}.call_id
+    THEN p.user_words || ' ' || p.reply_words END FROM exchanges p
+    WHERE p.caller_id = {e}.caller_id AND p.created_at < {e}.created_at
+    ORDER BY p.created_at DESC LIMIT 1), '')"""
+_TURN_ROWS = f"""
+    INSERT INTO turns_fts (rowid, words, context, day)
+    SELECT {{e}}.rowid * 2, {{e}}.user_words,
+           {_PREVIOUS_EXCHANGE} || ' ' || {{e}}.reply_words, {{e}}.day_words {{source}};
+    INSERT INTO turns_fts (rowid, words, context, day)
+    SELECT {{e}}.rowid * 2 + 1, {{e}}.reply_words,
+           {_PREVIOUS_EXCHANGE} || ' ' || {{e}}.user_words, {{e}}.day_words
+    {{source}} {{where}} {{e}}.reply_words != '';"""
+
+
+def _context_from_previous_exchange(conn: sqlite3.Connection) -> None:
+    # Schema 6: a turn's context (turns_fts.context, weight CONTEXT_WEIGHT) is the
+    # other side of its own exchange and both sides of the exchange before it in the
+    # same call (schema 4 had, for the caller's turn, only that exchange's reply, and
+    # for a reply nothing before its own exchange): an answer often continues what was
+    # said a turn or two earlier ("How did it go?" after the caller named the event).
+    # The rows are written again with it, and the triggers replaced.
+    for trigger in ("turns_ai", "turns_au"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DELETE FROM turns_fts")
     for statement in _split_sql(_TURN_ROWS.format(e="x", source="FROM exchanges x", where="WHERE")):
         conn.execute(statement)
     insert = _TURN_ROWS.format(e="new", source="", where="WHERE")
     conn.execute(f"CREATE TRIGGER turns_ai AFTER INSERT ON exchanges BEGIN {insert} END")
-    conn.execute(f"CREATE TRIGGER turns_ad AFTER DELETE ON exchanges BEGIN {_DROP_TURN_ROWS} END")
     conn.execute(
         f"CREATE TRIGGER turns_au AFTER UPDATE ON exchanges BEGIN {_DROP_TURN_ROWS} {insert} END"
     )

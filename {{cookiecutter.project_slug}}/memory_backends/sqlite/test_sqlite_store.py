@@ -174,14 +174,7 @@ async def test_a_file_of_schema_1_is_indexed_again_when_opened(tmp_path):
 async def test_a_file_of_schema_3_keeps_every_exchange_and_finds_its_turns(tmp_path):
     # A file as schema 3 left it (exchange rows with their indexed words, no turns).
     path = tmp_path / "v3.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.executescript(str(sqlite_store.MIGRATIONS[0]))
-    for step in sqlite_store.MIGRATIONS[1:3]:
-        if callable(step):
-            step(conn)
-        else:
-            for statement in sqlite_store._split_sql(step):
-                conn.execute(statement)
+    conn = _file_at(path, 3)
     said = [
         ("c1", "Where should we go on Saturday?", "Try the botanical garden."),
         ("c1", "Good idea, I love orchids.", "They have a whole orchid house."),
@@ -204,7 +197,6 @@ async def test_a_file_of_schema_3_keeps_every_exchange_and_finds_its_turns(tmp_p
                 sqlite_store.indexed_words(ALICE, reply),
             ),
         )
-    conn.execute("PRAGMA user_version = 3")
     conn.close()
     store = memory.open_store(f"sqlite:///{path}")
     try:
@@ -229,21 +221,78 @@ async def test_a_file_of_schema_3_keeps_every_exchange_and_finds_its_turns(tmp_p
     conn.close()
 
 
+def _file_at(path: Path, version: int) -> sqlite3.Connection:
+    # A file as schema ``version`` left it, made by the migrations up to it.
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(str(sqlite_store.MIGRATIONS[0]))
+    for step in sqlite_store.MIGRATIONS[1:version]:
+        if callable(step):
+            step(conn)
+        else:
+            for statement in sqlite_store._split_sql(step):
+                conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {version}")
+    return conn
+
+
+async def test_a_file_of_schema_4_indexes_each_turn_with_the_exchange_before_it(tmp_path):
+    path = tmp_path / "v4.db"
+    conn = _file_at(path, 4)
+    said = [
+        ("My daughter's recital is on Friday.", "How exciting!"),
+        ("She will play the cello.", "Lovely."),
+        ("I also need a new kettle.", "Noted."),
+    ]
+    for n, (user, reply) in enumerate(said):
+        conn.execute(
+            "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
+            "assistant_text, item_ids, created_at, user_words, reply_words) "
+            "VALUES (?, ?, ?, 'c1', ?, ?, '[]', ?, ?, ?)",
+            (
+                f"k{n}",
+                ALICE,
+                sqlite_store.caller_key(ALICE),
+                user,
+                reply,
+                1_700_000_000 + n,
+                sqlite_store.indexed_words(ALICE, user),
+                sqlite_store.indexed_words(ALICE, reply),
+            ),
+        )
+    conn.close()
+    store = memory.open_store(f"sqlite:///{path}")
+    try:
+        # "recital" is in the first exchange only; the second continues it
+        found = [e.user_text for e in (await store.recall(ALICE, "the recital")).exchanges]
+        assert found == [said[0][0], said[1][0]]
+        await store.save(make_exchange(4, text="What about the cello lessons?", at=1.8e9))
+        await store.save(make_exchange(5, text="Thursdays at five.", at=1.8e9 + 1))
+        found = [e.user_text for e in (await store.recall(ALICE, "cello", limit=8)).exchanges]
+        assert "Thursdays at five." in found and said[2][0] in found
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
+    conn.close()
+
+
 async def test_the_answer_to_a_question_is_found_by_the_questions_words(store):
     # Each turn is indexed with the turns next to it (a lower weight): the reply to
-    # "what did the vet say?" holds none of its words but is found by them; a turn
-    # found alone is shown alone, as the side it is.
+    # "what did the vet say?" holds none of its words but is found by them, and so is
+    # the exchange after it in the call; a turn found alone is shown alone, as the
+    # side it is.
     await store.save(make_exchange(1, text="What did the vet say?", reply="Rest for a week."))
     await store.save(make_exchange(2, text="Thanks, I will.", reply="Take care."))
-    await store.save(make_exchange(3, text="I bought a new lamp.", reply="Nice lamp!"))
+    await store.save(make_exchange(3, text="I bought a new lamp.", reply="A brass one?"))
     recall = await store.recall(ALICE, "vet")
-    assert [e.user_text for e in recall.exchanges] == ["What did the vet say?"]
-    assert recall.sides == ("both",)
+    assert [e.user_text for e in recall.exchanges] == ["What did the vet say?", "Thanks, I will."]
+    assert recall.sides == ("both", "both")
     block = memory.format_block(recall, query="vet")
     assert '"What did the vet say?" / you: "Rest for a week."' in block
-    recall = await store.recall(ALICE, "lamp", limit=1)
+    recall = await store.recall(ALICE, "brass", limit=1)
     assert recall.sides == ("reply",)
-    assert memory.format_block(recall).splitlines()[-1].endswith(' you: "Nice lamp!"')
+    assert memory.format_block(recall).splitlines()[-1].endswith(' you: "A brass one?"')
 
 
 async def test_forgetting_everything_deletes_the_index_entries_too(store, db_path):
