@@ -49,6 +49,8 @@ from livekit.agents import (
     inference,
     llm,
     room_io,
+    stt,
+    tts,
 )
 from livekit.agents.telemetry import tracer
 from livekit.agents.voice.agent_activity import _SpeechHandleContextVar as _SPEECH
@@ -87,6 +89,16 @@ shutdown_process_timeout (10 s in livekit-agents 1.8.9)."""
 def new_llm() -> llm.LLM:
     """The model provider (tests swap this one function for a scripted model)."""
     return inference.LLM(model=LLM_MODEL)
+
+
+def new_stt() -> stt.STT:
+    """Speech-to-text (tests swap it for an offline stand-in, as they swap new_llm)."""
+    return inference.STT(model=STT_MODEL)
+
+
+def new_tts() -> tts.TTS:
+    """Text-to-speech (tests swap it for an offline stand-in, as they swap new_llm)."""
+    return inference.TTS(model=TTS_MODEL)
 
 
 class Assistant(Agent):
@@ -310,8 +322,8 @@ async def entrypoint(ctx: JobContext) -> None:
     caller_id = caller_or_none(participant, dispatch)
 
     session: AgentSession = AgentSession(
-        stt=inference.STT(model=STT_MODEL),
-        tts=inference.TTS(model=TTS_MODEL),
+        stt=new_stt(),
+        tts=new_tts(),
         vad=ctx.proc.userdata["vad"],
         # preemptive generation is on by default; recall in llm_node keeps it useful
     )

@@ -143,6 +143,8 @@ def _definitions(path: Path) -> dict[str, str]:
 # leaving the others behind.
 SHARED = [
     "new_llm",
+    "new_stt",
+    "new_tts",
     "build_agent",
     "prewarm",
     "start_capture",

@@ -1,12 +1,13 @@
 """Run agent.py's real entrypoint through livekit-agents' own job machinery, offline.
 
-What `uv run agent.py console` does in text mode, with the model provider swapped
-for a scripted one: the worker (`agent.server`) runs unregistered with the thread
-job executor, LiveKit's process setup calls `prewarm`, a job is launched with LiveKit's
-mock room (the console's), the entrypoint connects, waits for the caller and starts
-the session; the caller's turns are typed into the console session (as the console's
-text prompt does), then the caller hangs up: the worker shuts the job down and
-LiveKit calls the shutdown callbacks with the reason, as in production.
+What `uv run agent.py console` does in text mode, with the model provider swapped for
+a scripted one and the speech providers for offline ones (agent.new_stt, new_tts): the
+worker (`agent.server`) runs unregistered with the thread job executor, LiveKit's
+process setup calls `prewarm`, a job is launched with LiveKit's mock room (the
+console's), the entrypoint connects, waits for the caller and starts the session; the
+caller's turns are typed into the console session (as the console's text prompt does),
+then the caller hangs up: the worker shuts the job down and LiveKit calls the shutdown
+callbacks with the reason, as in production.
 
 Used by tests/test_entrypoint.py: `run_job(...)` runs one call in a child process (so
 LiveKit's console singleton and the worker start fresh) and returns what the model
@@ -21,6 +22,7 @@ import importlib
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -91,8 +93,25 @@ def run_job(
 # -- the child ----------------------------------------------------------------------
 
 
+LOCAL_HOSTS = {None, "localhost", "127.0.0.1", "::1", b"localhost", b"127.0.0.1", b"::1"}
+
+
+def _offline() -> None:
+    # A test job touches no network: a name other than this machine's is refused, and
+    # said in the log (ERROR), which every test's clean-log check rejects.
+    resolve = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in LOCAL_HOSTS:
+            logging.getLogger("tests.livekit_job").error("the job tried to reach %s", host)
+            raise OSError(f"offline test job: {host!r} is not reachable")
+        return resolve(host, *args, **kwargs)
+
+    socket.getaddrinfo = getaddrinfo
+
+
 def _child(spec: dict[str, Any]) -> int:
-    # Text mode never reaches STT or TTS, but LiveKit Inference's constructors want
+    # LiveKit Inference's constructors (the model's, if a test keeps it) want
     # credentials to exist; these never leave the machine.
     os.environ.update(
         LIVEKIT_API_KEY="offline-test-key",
@@ -100,6 +119,7 @@ def _child(spec: dict[str, Any]) -> int:
         MEMORY_URL=spec["memory_url"],
     )
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    _offline()
 
     from livekit import rtc
     from livekit.agents import JobExecutorType
@@ -111,6 +131,7 @@ def _child(spec: dict[str, Any]) -> int:
 
     import agent
     from tests.scripted_llm import Slow, ToolCall
+    from tests.scripted_speech import ScriptedSTT, SilentTTS
 
     def reply(r: Any) -> Any:
         if isinstance(r, dict) and "slow" in r:
@@ -131,7 +152,13 @@ def _child(spec: dict[str, Any]) -> int:
         models_made.append(model)
         return model
 
-    agent.new_llm = scripted_llm  # the only stand-in: the model provider
+    agent.new_llm = scripted_llm  # the model provider
+    # The speech providers too, so a test job never reaches the network (text mode
+    # never asks them for speech, but a session starts their connections). A realtime
+    # recipe has none to swap.
+    for name, offline in (("new_stt", ScriptedSTT), ("new_tts", SilentTTS)):
+        if hasattr(agent, name):
+            setattr(agent, name, offline)
 
     # The caller who joins the console's mock room.
     create = mock_room.create_mock_room

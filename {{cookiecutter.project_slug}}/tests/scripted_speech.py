@@ -1,4 +1,6 @@
-"""Scripted speech-to-text, a stand-in for the paid STT provider, for voice turns.
+"""Scripted speech-to-text and silent text-to-speech, offline stand-ins for the paid
+STT and TTS providers (tests/livekit_job.py gives them to the real entrypoint through
+agent.new_stt and agent.new_tts, so a test job never reaches the network).
 
 Typed turns (`session.run(user_input=...)`) skip the audio path, so they never show
 what LiveKit does while a caller is still speaking: preemptive generation, which
@@ -14,9 +16,9 @@ from __future__ import annotations
 import asyncio
 
 from livekit import rtc
-from livekit.agents import stt
+from livekit.agents import stt, tts
 from livekit.agents.language import LanguageCode
-from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions
 from livekit.agents.voice.io import AudioInput
 
 
@@ -71,3 +73,26 @@ class _ScriptedStream(stt.RecognizeStream):
             [stt.SpeechData(language=LanguageCode("en"), text=text)] if text is not None else []
         )
         self._event_ch.send_nowait(stt.SpeechEvent(type=kind, alternatives=alternatives))
+
+
+class SilentTTS(tts.TTS):
+    """Text-to-speech that speaks 10 ms of silence for any text, with no connection."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            capabilities=tts.TTSCapabilities(streaming=False), sample_rate=16000, num_channels=1
+        )
+
+    def synthesize(
+        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> _Silence:
+        return _Silence(tts=self, input_text=text, conn_options=conn_options)
+
+
+class _Silence(tts.ChunkedStream):
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        output_emitter.initialize(
+            request_id="silence", sample_rate=16000, num_channels=1, mime_type="audio/pcm"
+        )
+        output_emitter.push(b"\x00\x00" * 160)
+        output_emitter.flush()

@@ -1,8 +1,10 @@
 """The real entrypoint, prewarm and shutdown path, run by livekit-agents' own job
 machinery (tests/livekit_job.py: the console's mock room and text input, the thread
 job executor, the worker's shutdown calling every shutdown callback with its reason).
-Only the model provider is scripted. These tests build nothing by hand: whatever
-class and wiring agent.py's entrypoint uses is what runs."""
+Only the providers are stand-ins: the scripted model, and offline speech-to-text and
+text-to-speech (agent.new_stt, new_tts), so a job touches no network. These tests
+build nothing by hand: whatever class and wiring agent.py's entrypoint uses is what
+runs."""
 
 from __future__ import annotations
 
@@ -31,7 +33,14 @@ def blocks(request: list[list[str]]) -> list[str]:
 
 def assert_clean(job: dict) -> None:
     assert job["returncode"] == 0, job["log"][-4000:]
-    for trouble in ("Traceback", "error while shutting down", "unhandled exception", "TypeError"):
+    for trouble in (
+        "Traceback",
+        "error while shutting down",
+        "unhandled exception",
+        "TypeError",
+        "tried to reach",  # the network (tests/livekit_job.py refuses it)
+        "LiveKit Inference",  # a provider's connection failing
+    ):
         assert trouble not in job["log"], job["log"][-4000:]
 
 
@@ -66,6 +75,16 @@ async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hea
     (block,) = blocks(answer)
     assert "vegetarian" in block
     assert answer[-1] == ["user", "What does my sister eat?"]
+
+
+async def test_a_long_call_through_the_real_entrypoint_stays_offline_with_a_clean_log(store_url):
+    # Many turns give a speech provider time to fail and reconnect ("STT stream
+    # ended... recreating"); the job's STT and TTS are offline stand-ins, so none does.
+    turns = [f"Here is thing number {n}." for n in range(20)]
+    job = run_job(store_url, turns, script=["Hello!"] + [f"Got {n}." for n in range(20)])
+    assert_clean(job)
+    assert job["history"][-1] == ["assistant", "Got 19."]
+    assert len(job["requests"]) == 21  # the greeting and one reply per turn
 
 
 async def test_a_sip_caller_is_remembered_by_their_number(store_url):
