@@ -1587,6 +1587,17 @@ class StoreHealth:
             self.failed(exc)
 
 
+def store_generation(store: MemoryStore) -> int:
+    """The store's ``generation``, an optional int attribute that goes up each time
+    everything written before is gone (SQLite: the memory file was deleted or replaced
+    while in use); 0 for a store without one. Never raises."""
+    try:
+        generation = getattr(store, "generation", 0)
+    except Exception:
+        return 0
+    return generation if isinstance(generation, int) else 0
+
+
 _HEALTH: weakref.WeakKeyDictionary[Any, StoreHealth] = weakref.WeakKeyDictionary()
 
 
@@ -1796,7 +1807,8 @@ class CallMemory:
         """Records each recall and save (agent.py: a span in LiveKit's own tracer)."""
         self.writer.save = self._save_traced
         self._recall_ms: list[float] = []
-        self._saved: set[str] = set()  # keys of the exchanges written in this call
+        # keys of the exchanges written in this call -> the store's generation then
+        self._saved: dict[str, int] = {}
         self._closed = False
         self._closing: asyncio.Task[int] | None = None
 
@@ -1977,7 +1989,7 @@ class CallMemory:
         try:
             await self.store.save(exchange)
             outcome = "saved"
-            self._saved.add(exchange.key)
+            self._saved[exchange.key] = store_generation(self.store)
             self.health.worked(save=True)
         except TimeoutError:
             outcome = "timed out"
@@ -2008,7 +2020,11 @@ class CallMemory:
     def figures(self, pending: int, lost: int) -> str:
         """This call's memory figures, one line for the log: recall count and p50/p95
         wait (ms, nearest rank), exchanges saved, pending when the call ended, and
-        lost (still unsaved after the final flush)."""
+        lost: still unsaved after the final flush, plus those saved where the store
+        has since lost them (``store_generation`` went up: a memory file deleted or
+        replaced during the call), which are said apart and not counted as saved."""
+        now = store_generation(self.store)
+        gone = sum(1 for generation in self._saved.values() if generation != now)
         waits = sorted(self._recall_ms)
 
         def rank(q: float) -> str:
@@ -2016,8 +2032,9 @@ class CallMemory:
 
         return (
             f"{len(waits)} recalls, p50 {rank(0.5)} ms, p95 {rank(0.95)} ms (budget "
-            f"{self.recall_budget * 1000:.0f} ms); exchanges saved {len(self._saved)}, "
-            f"pending {pending}, lost {lost}"
+            f"{self.recall_budget * 1000:.0f} ms); exchanges saved {len(self._saved) - gone}, "
+            f"pending {pending}, lost {lost + gone}"
+            + (f" ({gone} of them went with what the store lost during the call)" if gone else "")
         )
 
     # -- capture --

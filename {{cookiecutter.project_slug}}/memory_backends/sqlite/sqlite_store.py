@@ -304,6 +304,13 @@ class SQLiteStore:
         self._file: tuple[int, int] | None = None
         self._generation = 0
 
+    @property
+    def generation(self) -> int:
+        """How many times the memory file was deleted or replaced while in use (what
+        was written before each time is not in the file now); see
+        ``memory.store_generation``."""
+        return self._generation
+
     @classmethod
     def open(cls, path: str | Path) -> SQLiteStore:
         store = cls(path)

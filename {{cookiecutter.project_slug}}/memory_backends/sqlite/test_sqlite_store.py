@@ -9,6 +9,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import re
 import resource
 import sqlite3
 import time
@@ -622,6 +623,23 @@ async def test_a_file_deleted_during_a_call_is_noticed_and_nothing_more_is_lost(
     assert on_disk == [f"turn {n}" for n in range(5, 40)]  # every one accepted after it went
     (error,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert str(db_path) in error.getMessage() and "deleted" in error.getMessage()
+
+
+async def test_the_end_of_call_line_counts_what_went_with_a_deleted_file_as_lost(
+    store_url, db_path, caplog
+):
+    with caplog.at_level(logging.INFO, logger="memory"):
+        unsaved, on_disk = await _a_call_whose_file_goes(store_url, db_path, os.remove)
+    assert unsaved == 0 and len(on_disk) == 35
+    (line,) = [r.getMessage() for r in caplog.records if "exchanges saved" in r.getMessage()]
+    # the 5 saved before the file went are not in any file now
+    saved = re.search(r"exchanges saved (\d+), pending \d+, lost (\d+)(.*)$", line)
+    assert saved is not None, line
+    assert saved.groups() == (
+        "35",
+        "5",
+        " (5 of them went with what the store lost during the call)",
+    )
 
 
 async def test_a_file_replaced_during_a_call_is_noticed_and_written_from_then_on(
