@@ -24,6 +24,7 @@ import contextlib
 import functools
 import hashlib
 import importlib
+import inspect
 import itertools
 import json
 import logging
@@ -761,7 +762,7 @@ def _purge_in_background(store: MemoryStore) -> None:
     task.add_done_callback(_background.discard)
 
 
-def open_store(url: str | None = None) -> MemoryStore:
+def open_store(url: str | None = None, *, create: bool = True) -> MemoryStore:
     """Open the store a URL names, once per process (agent.py does it in ``prewarm``).
 
     ``url`` (default: the ``MEMORY_URL`` environment variable) picks the backend by
@@ -769,6 +770,11 @@ def open_store(url: str | None = None) -> MemoryStore:
     ``postgresql://...`` opens ``postgres_store.py``, and so on (``+driver`` suffixes
     are ignored). Empty or unset means the one backend this project was generated
     with, at its default place (its ``DEFAULT_URL``).
+
+    ``create=False`` (what reads for an operator use) opens only a store that exists:
+    a backend that would create one (SQLite: a file not there) raises
+    ``StoreUnavailable`` naming where it looked, so a mistyped URL is not taken for an
+    empty store; a backend that creates nothing on opening ignores it.
 
     Raises ``InvalidStoreUrl`` when no backend file matches the scheme, and whatever
     the backend's ``open_store(url)`` raises (``SchemaMismatch``, ``StoreUnavailable``,
@@ -782,7 +788,7 @@ def open_store(url: str | None = None) -> MemoryStore:
             names = ", ".join(p.name for p in here) or "none"
             raise InvalidStoreUrl(f"set MEMORY_URL: more than one backend here, or none ({names})")
         module = _backend(here[0].stem)
-        return module.open_store(module.DEFAULT_URL)
+        return _open_with(module, module.DEFAULT_URL, create)
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
     if ":" not in url or not re.fullmatch(r"[a-z][a-z0-9]*", scheme):
         raise InvalidStoreUrl(f"MEMORY_URL {url!r} is not a URL such as sqlite:///memory.db")
@@ -795,6 +801,13 @@ def open_store(url: str | None = None) -> MemoryStore:
         raise InvalidStoreUrl(
             f"MEMORY_URL {redact_url(url)!r}: no {name}_store.py next to memory.py"
         ) from None
+    return _open_with(module, url, create)
+
+
+def _open_with(module: Any, url: str, create: bool) -> MemoryStore:
+    # Only a backend whose open_store takes ``create`` can create a store on opening.
+    if not create and "create" in inspect.signature(module.open_store).parameters:
+        return module.open_store(url, create=False)
     return module.open_store(url)
 
 

@@ -8,7 +8,9 @@
     uv run memory_admin.py purge                      # apply the retention settings now
     uv run memory_admin.py purge --what exchanges --older-than-days 90
 
-It opens the store MEMORY_URL names (the environment or .env.local), as the worker does.
+It opens the store MEMORY_URL names (the environment or .env.local), as the worker does;
+the read commands (stats, callers, show, export) refuse a store that does not exist
+(a SQLite file not there) instead of creating an empty one.
 It prints one caller's data only when given that caller's id, never another's. Exit
 status: 0 done, 1 the store failed (the message says why), 2 a bad command or caller id.
 """
@@ -31,6 +33,8 @@ import memory
 load_dotenv(Path(__file__).with_name(".env.local"))
 
 DAY = 86_400.0
+READS = ("stats", "callers", "show", "export")
+"""Commands that only read: they open an existing store and never create one."""
 
 
 class UsageError(Exception):
@@ -91,7 +95,8 @@ async def run(args: argparse.Namespace, out: Any) -> None:
         raise UsageError(f"forget erases everything about {caller}; add --yes to do it")
     if args.command == "purge" and args.what and args.older_than_days is None:
         raise UsageError("--what needs --older-than-days")
-    store = memory.open_store()
+    # A read of a store that is not there (a mistyped path) is an error, not zeros.
+    store = memory.open_store(create=args.command not in READS)
     try:
         if args.command == "stats":
             print(json.dumps(await store.stats(), indent=2), file=out)
@@ -158,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
+    except memory.StoreUnavailable as exc:  # its message says where and what to check
+        print(f"ERROR: the memory store failed: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a driver's own error too: one line, not a traceback
         print(f"ERROR: the memory store failed: {exc!r}", file=sys.stderr)
         return 1

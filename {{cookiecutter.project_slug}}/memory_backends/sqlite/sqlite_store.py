@@ -243,8 +243,10 @@ SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = {"exchanges", "exchanges_fts", "turns_fts", "facts", "summaries"}
 
 
-def open_store(url: str) -> SQLiteStore:
-    """Open (creating or migrating) the file a ``sqlite:`` URL names.
+def open_store(url: str, *, create: bool = True) -> SQLiteStore:
+    """Open (creating or migrating) the file a ``sqlite:`` URL names; with
+    ``create=False`` (an operator's read commands) a file that is not there is
+    refused with ``StoreUnavailable`` naming its path, and nothing is created.
 
     Synchronous: call it once per process, before any call starts. Raises
     ``InvalidStoreUrl`` for a URL that names no file, ``SchemaMismatch`` for a file
@@ -253,7 +255,12 @@ def open_store(url: str) -> SQLiteStore:
     the path. A file another process holds locked past ``BUSY_TIMEOUT`` (migrating
     it, or in a long write), or on a full disk, is not an error: it is opened when
     first used, and calls meanwhile go on without memory."""
-    return SQLiteStore.open(path_of(url))
+    path = path_of(url)
+    if not create and not path.is_file():
+        raise StoreUnavailable(
+            f"no memory file at {path}: check MEMORY_URL (a read never creates the file)"
+        )
+    return SQLiteStore.open(path)
 
 
 def path_of(url: str) -> Path:

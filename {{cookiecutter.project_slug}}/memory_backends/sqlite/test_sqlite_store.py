@@ -12,6 +12,8 @@ import os
 import re
 import resource
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -623,6 +625,39 @@ async def test_a_file_deleted_during_a_call_is_noticed_and_nothing_more_is_lost(
     assert on_disk == [f"turn {n}" for n in range(5, 40)]  # every one accepted after it went
     (error,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert str(db_path) in error.getMessage() and "deleted" in error.getMessage()
+
+
+@pytest.mark.parametrize("command", [["stats"], ["callers"], ["show", ALICE], ["export", ALICE]])
+def test_an_operators_read_of_a_file_that_is_not_there_is_refused_and_creates_nothing(
+    tmp_path, command
+):
+    typo = tmp_path / "no-such-folder" / "memroy.db"
+    done = subprocess.run(
+        [sys.executable, "memory_admin.py", *command],
+        cwd=Path(sqlite_store.__file__).parent,
+        env={**os.environ, "MEMORY_URL": f"sqlite:///{typo}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert done.stderr.startswith("ERROR: ") and str(typo) in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not typo.parent.exists()  # neither the file nor its folder
+
+
+def test_a_write_may_still_create_the_file(tmp_path):
+    new = tmp_path / "new" / "memory.db"
+    done = subprocess.run(
+        [sys.executable, "memory_admin.py", "forget", ALICE, "--yes"],
+        cwd=Path(sqlite_store.__file__).parent,
+        env={**os.environ, "MEMORY_URL": f"sqlite:///{new}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert new.is_file()
 
 
 async def test_the_end_of_call_line_counts_what_went_with_a_deleted_file_as_lost(
