@@ -1824,6 +1824,10 @@ class CallMemory:
         self._saved: dict[str, int] = {}
         self._closed = False
         self._closing: asyncio.Task[int] | None = None
+        # (seconds the end-of-call flush took, exchanges it left unsaved, the call end's
+        # bound in seconds), for the log
+        # to say what used the end of the call's time when extraction gets none
+        self._flushed: tuple[float, int, float] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -2274,12 +2278,14 @@ class CallMemory:
         await self.aclose(reason)
 
     async def _close(self, reason: str, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         pending = self.writer.unsaved
         unsaved = await self.writer.flush(timeout / 2)
         if unsaved:  # one more round for what failed in the first half
             unsaved = await self.writer.flush(max(0.0, deadline - time.monotonic()))
         self.writer.stop()
+        self._flushed = (time.monotonic() - started, unsaved, timeout)
         ending = []
         if self.capturing and self.pairing.turns and not unsaved:
             ending.append(self._save_summary(deadline))
@@ -2356,12 +2362,15 @@ class CallMemory:
         if not exchanges or self.extract_with is None:
             return
         text, numbers = extraction_transcript(exchanges, first + 1)
+        left = min(EXTRACT_TIMEOUT, deadline - time.monotonic())
+        if left <= 0:  # nothing to wait for: the model is not even asked
+            self._extraction_had_no_time(left)
+            return
         try:
-            left = min(EXTRACT_TIMEOUT, deadline - time.monotonic())
             answer = await asyncio.wait_for(self.extract_with(EXTRACT_INSTRUCTIONS, text), left)
             found = parse_extracted(answer, exchanges, numbers, first + 1)
         except TimeoutError:
-            self._warn_once("extract", "fact extraction took too long; no facts taken")
+            self._extraction_had_no_time(left)
             return
         except Exception as exc:
             self._warn_once("extract", "fact extraction failed; no facts taken: %r", exc)
@@ -2383,6 +2392,24 @@ class CallMemory:
                 self._warn_once("extract-save", "could not save an extracted fact: %r", exc)
                 continue
             self.extracted.append(done)
+
+    def _extraction_had_no_time(self, given: float) -> None:
+        # Say what used the time: the model, or (at the end of a call) the flush of
+        # exchanges the store kept refusing, which leaves extraction none.
+        flushed = self._flushed
+        if flushed is not None and flushed[1] and given < EXTRACT_TIMEOUT:
+            self._warn_once(
+                "extract",
+                "no facts taken: saving the call's exchanges used %.2f s of the %.1f s the "
+                "end of a call may take (the store refused %d of them), leaving fact "
+                "extraction %.2f s",
+                flushed[0],
+                flushed[2],
+                flushed[1],
+                max(0.0, given),
+            )
+        else:
+            self._warn_once("extract", "fact extraction took too long; no facts taken")
 
     def _warn_once(self, kind: str, message: str, *args: Any) -> None:
         if kind not in self._warned:

@@ -6,6 +6,7 @@ the agent's own model asked once, and only what the caller said in this call kep
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 import agent
 import memory
 from tests.conftest import call
+from tests.doubles import Failing
 from tests.livekit_job import run_job
 from tests.scripted_llm import ScriptedLLM, Slow
 from tests.test_entrypoint import assert_clean
@@ -91,6 +93,23 @@ async def test_closing_waits_for_a_model_that_never_answers_at_most_the_flush_bo
     assert time.monotonic() - started < memory.FLUSH_TIMEOUT + 1.0
     assert len(model.extractions) == 1 and memory_call.extracted == []
     assert [e.user_text for e in await store.exchanges(ALICE)] == ["I live in Porto."]
+
+
+async def test_a_full_disk_that_uses_the_end_of_the_call_is_named_not_extraction(store, caplog):
+    full = Failing(store, "save", error=OSError(28, "No space left on device"))
+    model = ScriptedLLM(["Hello!", "Nice.", "Sure."], extract=[facts_json(("city", "Porto", 1))])
+    with caplog.at_level(logging.WARNING, logger="memory"):
+        async with call(full, ALICE, model) as (session, memory_call):
+            await session.run(user_input="I live in Porto.")
+            await session.run(user_input="And I have a dog.")
+            # the end of the call, with a short bound: every save fails until it is over
+            assert await memory_call.aclose("participant hung up", timeout=0.4) == 2
+    said = [r.getMessage() for r in caplog.records]
+    assert not [line for line in said if "took too long" in line], said
+    (line,) = [line for line in said if "no facts taken" in line]
+    assert "saving the call's exchanges used" in line and "of the 0.4 s" in line, line
+    assert "the store refused 2 of them" in line, line
+    assert model.extractions == []  # no time left: the model was not asked (nor billed)
 
 
 async def test_facts_that_cite_no_exchange_of_the_call_or_were_never_said_are_dropped(store):
