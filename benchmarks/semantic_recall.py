@@ -1,0 +1,188 @@
+"""Semantic recall benchmark: would an embedding model, merged with the store's own
+recall, put more LoCoMo evidence in the memory block? (Measured: no; see
+benchmarks/README.md, "Semantic recall (opt-in): measured, not offered".)
+
+Replays the LoCoMo dev conversations into the generated sqlite project exactly as
+``locomo_recall.py`` does (its ``Bench.replay``: every session through the real
+``AgentSession``), then, per question with usable evidence:
+
+- **lexical**: the store's ``recall(limit=RECALL_EXCHANGES)``, as ``block_for`` calls it;
+- **RRF**: that ranking merged by reciprocal rank fusion (k = 60) with the caller's
+  stored exchanges ranked by the cosine of their embedding (caller side and reply
+  joined) with the question's; the semantic top ``n`` count at ``weight``.
+
+Each ranking is rendered by the real ``memory.format_block`` at the default cap and
+scored with ``locomo_recall.found_in_block`` (evidence in the block, the share of a
+question's evidence turns found). Also timed: embedding 600 exchanges (what a call
+start would cost) and, per question, embedding it plus the cosine over 600 exchanges.
+
+Model: ``wordllama`` 0.4.0.post1, whose wheel holds its weights and tokenizer; it is
+not a dependency of this project, so run with uv's ``--with``:
+
+    uv run --with wordllama==0.4.0.post1 python benchmarks/semantic_recall.py \\
+        --data ../shared/data/locomo/locomo_dev.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import locomo_recall as L
+
+VARIANTS = {  # name: (semantic top n, weight); None: the store's ranking alone
+    "lexical (the store's recall)": None,
+    "RRF, semantic top 10 at weight 1": (10, 1.0),
+    "RRF, semantic top 5 at weight 0.5": (5, 0.5),
+}
+RRF_K = 60  # the constant of Cormack, Clarke and Buettcher (SIGIR 2009)
+
+
+def load_model() -> Any:
+    import wordllama  # type: ignore[import-not-found]
+
+    # The default load() looks for the shipped tokenizer under tokenizer/ while the
+    # wheel has it under tokenizers/, and then downloads it; point it at the wheel.
+    return wordllama.WordLlama.load(
+        cache_dir=Path(wordllama.__file__).parent, disable_download=True
+    )
+
+
+def fused(memory: Any, lexical: Any, exchanges: list[Any], sims: Any, n: int, weight: float) -> Any:
+    """``lexical`` (a Recall) with the ``n`` exchanges most similar by ``sims``
+    merged in by reciprocal rank fusion; an exchange found both ways is shown whole."""
+    score: dict[str, float] = {}
+    side: dict[str, str] = {}
+    by_key: dict[str, Any] = {}
+    sides = lexical.sides or ("both",) * len(lexical.exchanges)
+    for rank, (e, s) in enumerate(zip(lexical.exchanges, sides, strict=True)):
+        score[e.key], side[e.key], by_key[e.key] = 1 / (RRF_K + rank + 1), s, e
+    for rank, i in enumerate(np.argsort(-sims)[:n]):
+        e = exchanges[i]
+        score[e.key] = score.get(e.key, 0.0) + weight / (RRF_K + rank + 1)
+        side[e.key] = "both"
+        by_key[e.key] = e
+    keys = sorted(score, key=lambda k: -score[k])[: memory.RECALL_EXCHANGES]
+    return memory.Recall(
+        lexical.facts,
+        lexical.summaries,
+        tuple(by_key[k] for k in keys),
+        tuple(side[k] for k in keys),
+    )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    model = load_model()
+    records = json.loads(args.data.read_text())
+    held_out = set(args.held_out.split(","))
+    tmp = Path(tempfile.mkdtemp(prefix="semantic-recall-"))
+    os.environ["MEMORY_TIMEZONE"] = "UTC"
+    project = L.render_project(tmp / "render", "sqlite")
+    (tmp / "db").mkdir()
+    bench = L.Bench(project, tmp / "db", None, None, held_out)
+    memory = bench.memory
+    scores: dict[tuple[str, str, int], list[float]] = {}
+    all_texts: list[str] = []
+    per_reply: list[float] = []
+    for record in records[: args.conversations or None]:
+        c = L.load_conversation(record)
+        caller_id = memory.validate_caller_id(c.sample_id)
+        store = memory.open_store(bench.store_url(c.sample_id))
+        await bench.replay(c, store, caller_id)
+        exchanges = await store.exchanges(caller_id)
+        texts = [f"{e.user_text}\n{e.assistant_text}" for e in exchanges]
+        all_texts += texts
+        vectors = model.embed(texts, norm=True)
+        now = c.sessions[-1].at + 86400.0  # questions a day after the last session
+        group = "held out" if c.sample_id in held_out else "tuning"
+        for qa in c.qa:
+            evidence = L.evidence_ids(qa.get("evidence", []), c.fed)
+            if not evidence:
+                continue
+            question = str(qa["question"])
+            lexical = await store.recall(caller_id, question, limit=memory.RECALL_EXCHANGES)
+            started = time.perf_counter()
+            sims = vectors @ model.embed([question], norm=True)[0]
+            per_reply.append(time.perf_counter() - started)
+            for name, setting in VARIANTS.items():
+                recall = lexical
+                if setting is not None:
+                    recall = fused(memory, lexical, exchanges, sims, *setting)
+                block = memory.format_block(recall, now=now, query=question)
+                found = sum(L.found_in_block(c, d, block) for d in evidence) / len(evidence)
+                scores.setdefault((name, group, int(qa["category"])), []).append(found)
+        await store.close()
+        L.collect_call_garbage()
+    call_start = []
+    for _ in range(3):
+        started = time.perf_counter()
+        model.embed(all_texts[:600], norm=True)
+        call_start.append(time.perf_counter() - started)
+
+    def mean(name: str, groups: set[str], categories: set[int]) -> float:
+        values = [
+            v
+            for (n, g, cat), vs in scores.items()
+            if n == name and g in groups and cat in categories
+            for v in vs
+        ]
+        return statistics.fmean(values) if values else float("nan")
+
+    both = {"tuning", "held out"}
+    table = {
+        name: {
+            "tuning 1-4": mean(name, {"tuning"}, {1, 2, 3, 4}),
+            "held out 1-4": mean(name, {"held out"}, {1, 2, 3, 4}),
+            "all 1-4": mean(name, both, {1, 2, 3, 4}),
+            **{f"category {k}": mean(name, both, {k}) for k in (1, 2, 3, 4, 5)},
+        }
+        for name in VARIANTS
+    }
+    return {
+        "evidence_in_block": table,
+        "embed_600_exchanges_s": call_start,
+        "per_reply_ms": {
+            "p50": 1e3 * L.pct(per_reply, 50),
+            "p95": 1e3 * L.pct(per_reply, 95),
+            "n": len(per_reply),
+        },
+        "load_average": os.getloadavg(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, type=Path, help="path to locomo_dev.json")
+    parser.add_argument("--conversations", type=int, default=0, help="only the first N")
+    parser.add_argument("--held-out", default="conv-26,conv-48", help="kept out of tuning")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    result = asyncio.run(run(args))
+    columns = list(next(iter(result["evidence_in_block"].values())))
+    print("| ranking | " + " | ".join(columns) + " |")
+    print("| --- |" + " --- |" * len(columns))
+    for name, row in result["evidence_in_block"].items():
+        print(f"| {name} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
+    r = result["per_reply_ms"]
+    print(
+        f"\nper reply (embed the question, cosine over the caller's exchanges): p50 "
+        f"{r['p50']:.3f} ms, p95 {r['p95']:.3f} ms over {r['n']}; embedding 600 exchanges: "
+        + ", ".join(f"{s:.3f}" for s in result["embed_600_exchanges_s"])
+        + f" s; load average {result['load_average'][0]:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
