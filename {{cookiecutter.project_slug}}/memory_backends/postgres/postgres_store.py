@@ -3,10 +3,12 @@
 ``MEMORY_URL=postgresql://user:password@host:5432/dbname?schema=livekit_memory&tenant=acme``:
 any libpq URL, plus ``schema`` (default ``livekit_memory``) and ``tenant`` (default
 ``default``). Every row carries the tenant and the caller id, and every query is scoped
-to both. Search is PostgreSQL's own: a ``tsvector`` column, a GIN index, ``ts_rank_cd``.
-Chinese, Japanese, Korean and Thai text is searched by pairs of characters
-(``memory.search_words``) in a second ``tsvector`` the writes fill. Implements
-``memory.MemoryStore``; memory.py has the types and rules.
+to both. Search is PostgreSQL's own: a ``tsvector`` column and a GIN index; Chinese,
+Japanese, Korean and Thai text is searched by pairs of characters
+(``memory.search_words``) in a second ``tsvector`` the writes fill. What matches is
+ranked by BM25 over the caller's own exchanges, from word counts that triggers on the
+exchanges table keep. Implements ``memory.MemoryStore``; memory.py has the types and
+rules.
 
 Workers never create or change the schema. An operator does, with this file:
 
@@ -90,17 +92,25 @@ RECHECK_AFTER = 30.0
 """Seconds before a missing or mismatched schema is looked at again."""
 
 MAX_QUERY_TERMS = 24
+K1, B = 1.2, 0.75
+"""BM25's term-frequency saturation and length normalization (the usual values)."""
 
 
-def tsquery(text: str) -> str | None:
-    """What the caller said as a ``to_tsquery`` argument: its content words, each
-    quoted, joined by ``|`` (OR). A word is a run of letters and digits, so nothing the
-    caller says is read as tsquery syntax. None when nothing is left to search for."""
+def query_terms(text: str) -> list[str]:
+    """The content words of what the caller said, lower-cased, at most
+    ``MAX_QUERY_TERMS``. A word is a run of letters and digits, so nothing the caller
+    says is read as tsquery syntax."""
     terms: list[str] = []
     for word in re.findall(r"[^\W_]+", text.lower()):
         if word not in STOPWORDS and len(word) > 1 and word not in terms:
             terms.append(word)
-    return " | ".join(f"'{t}'" for t in terms[:MAX_QUERY_TERMS]) or None
+    return terms[:MAX_QUERY_TERMS]
+
+
+def tsquery(text: str) -> str | None:
+    """What the caller said as a ``to_tsquery`` argument: its ``query_terms``, each
+    quoted, joined by ``|`` (OR). None when nothing is left to search for."""
+    return " | ".join(f"'{t}'" for t in query_terms(text)) or None
 
 
 # PostgreSQL's parser keeps a run of Chinese, Japanese or Thai characters, or a Korean
@@ -119,11 +129,15 @@ def pair_vector(text: str) -> str | None:
     return " ".join(found) or None
 
 
+def query_pairs(text: str) -> list[str]:
+    """The character pairs of what the caller said (``memory.query_words``)."""
+    return [w for w in query_words(text) if searched_by_pairs(w)]
+
+
 def pair_query(text: str) -> str | None:
     """What the caller said as a ``tsquery`` literal over the ``pairs`` column: its
-    character pairs (``memory.query_words``) joined by ``|``. None when there are none."""
-    pairs = [_lexeme(w) for w in query_words(text) if searched_by_pairs(w)]
-    return " | ".join(pairs) or None
+    ``query_pairs`` joined by ``|``. None when there are none."""
+    return " | ".join(_lexeme(w) for w in query_pairs(text)) or None
 
 
 def _lexeme(word: str) -> str:
@@ -215,9 +229,84 @@ CREATE INDEX exchanges_pairs ON {s}.exchanges USING gin (pairs);
 """,
         _index_pairs,
     ),
+    # 4: recall weighs each word by how rare it is in the caller's own exchanges
+    # (BM25), read from counts that triggers on exchanges keep (count_words).
+    """
+CREATE TABLE {s}.caller_words (
+    tenant    text NOT NULL,
+    caller_id text NOT NULL,
+    word      text NOT NULL,     -- a lexeme of search or pairs
+    exchanges integer NOT NULL,  -- the caller's exchanges that hold it
+    PRIMARY KEY (tenant, caller_id, word)
+);
+CREATE TABLE {s}.caller_sizes (
+    tenant    text NOT NULL,
+    caller_id text NOT NULL,
+    exchanges integer NOT NULL,  -- the caller's exchanges
+    words     bigint NOT NULL,   -- the lexemes they hold, in all
+    PRIMARY KEY (tenant, caller_id)
+);
+-- One statement's rows at a time (a purge's too), in key order, so that writes of
+-- one caller made at once wait for each other instead of deadlocking. A word whose
+-- count falls to 0 is deleted: forget leaves none of the caller's words here.
+CREATE FUNCTION {s}.count_words() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+    changed text := CASE TG_OP
+        WHEN 'INSERT' THEN 'SELECT tenant, caller_id, search, pairs, 1 AS d FROM new_rows'
+        WHEN 'DELETE' THEN 'SELECT tenant, caller_id, search, pairs, -1 AS d FROM old_rows'
+        ELSE 'SELECT tenant, caller_id, search, pairs, 1 AS d FROM new_rows UNION ALL '
+             'SELECT tenant, caller_id, search, pairs, -1 FROM old_rows' END;
+    v text := 'search || coalesce(pairs, ''''::tsvector)';
+BEGIN
+    EXECUTE format(
+        'INSERT INTO {s}.caller_words SELECT tenant, caller_id, w, sum(d) FROM (%s) c,'
+        ' unnest(tsvector_to_array(%s)) w GROUP BY 1, 2, 3 HAVING sum(d) <> 0'
+        ' ORDER BY 1, 2, 3 ON CONFLICT (tenant, caller_id, word)'
+        ' DO UPDATE SET exchanges = caller_words.exchanges + excluded.exchanges', changed, v);
+    EXECUTE format(
+        'INSERT INTO {s}.caller_sizes SELECT tenant, caller_id, sum(d), sum(d * length(%s))'
+        ' FROM (%s) c GROUP BY 1, 2 ORDER BY 1, 2 ON CONFLICT (tenant, caller_id)'
+        ' DO UPDATE SET exchanges = caller_sizes.exchanges + excluded.exchanges,'
+        ' words = caller_sizes.words + excluded.words', v, changed);
+    IF TG_OP <> 'INSERT' THEN
+        EXECUTE format(
+            'DELETE FROM {s}.caller_words c USING (SELECT DISTINCT tenant, caller_id, w'
+            ' FROM old_rows, unnest(tsvector_to_array(%s)) w) o WHERE c.tenant = o.tenant'
+            ' AND c.caller_id = o.caller_id AND c.word = o.w AND c.exchanges <= 0', v);
+        DELETE FROM {s}.caller_sizes c USING (SELECT DISTINCT tenant, caller_id FROM old_rows) o
+            WHERE c.tenant = o.tenant AND c.caller_id = o.caller_id AND c.exchanges <= 0;
+    END IF;
+    RETURN NULL;
+END $f$;
+CREATE TRIGGER count_inserted AFTER INSERT ON {s}.exchanges REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_words();
+CREATE TRIGGER count_deleted AFTER DELETE ON {s}.exchanges REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_words();
+CREATE TRIGGER count_updated AFTER UPDATE ON {s}.exchanges
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_words();
+INSERT INTO {s}.caller_words SELECT tenant, caller_id, w, count(*) FROM {s}.exchanges,
+    unnest(tsvector_to_array(search || coalesce(pairs, ''::tsvector))) w GROUP BY 1, 2, 3;
+INSERT INTO {s}.caller_sizes SELECT tenant, caller_id, count(*),
+    sum(length(search || coalesce(pairs, ''::tsvector))) FROM {s}.exchanges GROUP BY 1, 2;
+-- the roles that `sql --app-role` made write these tables through the triggers
+DO $g$ DECLARE r record; BEGIN
+    FOR r IN SELECT role_name FROM {s}.tenant_roles JOIN pg_roles ON rolname = role_name LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE'
+                       ' ON {s}.caller_words, {s}.caller_sizes TO %I', r.role_name);
+    END LOOP;
+END $g$;
+"""
+    + "".join(
+        f"ALTER TABLE {{s}}.{t} ENABLE ROW LEVEL SECURITY;\n"
+        f"CREATE POLICY own_tenant ON {{s}}.{t} USING ({_OWN_TENANT}) WITH CHECK ({_OWN_TENANT});\n"
+        for t in ("caller_words", "caller_sizes")
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = ("exchanges", "facts", "summaries")
+COUNTS = ("caller_words", "caller_sizes")
+"""Kept by triggers from exchanges: never written or deleted by this code itself."""
 SEARCH_INDEXES = ("exchanges_search", "exchanges_pairs")
 EXCHANGE = "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids, created_at"
 QUERIES = {
@@ -233,16 +322,27 @@ QUERIES = {
     "lock caller": "SELECT pg_advisory_xact_lock(hashtextextended(%(t)s || '/' || %(c)s, 0))",
     "summaries": "SELECT call_id, text, created_at FROM {s}.summaries"
     " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
-    # The (tenant, caller_id) key finds the caller's rows; @@ keeps those that match.
-    # ts_rank_cd's normalization 1 divides by 1 + log(length), so long exchanges do not
-    # win by length alone (LoCoMo: 0.516 of evidence in the block against 0.480 without).
-    # Character pairs (p) count as words do: their ranks add up.
-    "search": f"SELECT {EXCHANGE} FROM {{s}}.exchanges,"
+    # The (tenant, caller_id) key finds the caller's rows; @@ keeps those that match
+    # a word (q) or a character pair (p). They are ranked by BM25 over the caller's
+    # own exchanges: each query lexeme (w: its words, stemmed; pw: its pairs) weighs
+    # by its inverse document frequency among them (caller_words, caller_sizes), its
+    # count in the exchange saturates (K1), and long exchanges count less (B).
+    "search": "WITH terms AS MATERIALIZED (SELECT w.word,"
+    " ln(1 + (z.exchanges - w.exchanges + 0.5) / (w.exchanges + 0.5)) AS idf,"
+    " z.words::float8 / greatest(z.exchanges, 1) AS avg"
+    # one index lookup per query lexeme (LIMIT 1), whatever the statistics say
+    " FROM unnest(tsvector_to_array(to_tsvector('english', %(w)s))"
+    " || CAST(%(pw)s AS text[])) l, LATERAL (SELECT word, exchanges FROM {s}.caller_words"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s AND word = l LIMIT 1) w,"
+    " {s}.caller_sizes z WHERE z.tenant = %(t)s AND z.caller_id = %(c)s)"
+    f" SELECT {EXCHANGE} FROM {{s}}.exchanges,"
     " to_tsquery('english', %(q)s) q, CAST(%(p)s AS tsquery) p"
     " WHERE tenant = %(t)s AND caller_id = %(c)s AND (search @@ q OR pairs @@ p)"
-    " AND call_id IS DISTINCT FROM %(x)s ORDER BY"
-    " coalesce(ts_rank_cd(search, q, 1), 0) + coalesce(ts_rank_cd(pairs, p, 1), 0) DESC,"
-    " created_at DESC LIMIT %(n)s",
+    " AND call_id IS DISTINCT FROM %(x)s ORDER BY (SELECT sum(idf * f * "
+    f"{K1 + 1} / (f + {K1} * ({1 - B} + {B} * (length(search) + coalesce(length(pairs), 0))"
+    " / avg))) FROM (SELECT lexeme, cardinality(positions) AS f FROM unnest(search)"
+    " UNION ALL SELECT lexeme, cardinality(positions) FROM unnest(pairs)) u"
+    " JOIN terms ON word = lexeme) DESC NULLS LAST, created_at DESC LIMIT %(n)s",
     "exchanges": f"SELECT {EXCHANGE} FROM {{s}}.exchanges"
     " WHERE tenant = %(t)s AND caller_id = %(c)s"
     " AND (%(call)s::text IS NULL OR call_id = %(call)s) ORDER BY created_at, seq",
@@ -450,7 +550,15 @@ class PostgresStore:
     ) -> Recall:
         q = tsquery(query) if limit > 0 else None
         p = pair_query(query) if limit > 0 else None
-        args = {"t": self.target.tenant, "c": caller_id, "q": q, "p": p, "x": exclude_call_id}
+        args = {
+            "t": self.target.tenant,
+            "c": caller_id,
+            "q": q,
+            "p": p,
+            "w": " ".join(query_terms(query)),
+            "pw": query_pairs(query),
+            "x": exclude_call_id,
+        }
 
         async def work(conn: psycopg.AsyncConnection) -> Recall:
             async with conn.pipeline():  # the queries go in one round trip
@@ -783,6 +891,7 @@ CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE
     ON {schema}.exchanges, {schema}.facts, {schema}.summaries TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.caller_words, {schema}.caller_sizes TO {role};
 GRANT SELECT ON {schema}.schema_version, {schema}.tenant_roles TO {role};
 INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
     ON CONFLICT (role_name) DO UPDATE SET tenant = excluded.tenant;"""
@@ -790,13 +899,14 @@ INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
 
 def vacuum(url: str) -> None:
     """Reclaim what forget and purge deleted, without blocking the workers: VACUUM
-    the tables, and rebuild the search indexes, whose entry trees keep the words of
-    deleted rows (with no link to any row) until they are rebuilt."""
+    the tables, and rebuild the search indexes and the word counts' key, whose pages
+    keep the words of deleted rows (with no link to any row) until they are rebuilt.
+    (A table page keeps a deleted row's bytes until a new row reuses the space.)"""
     target = Target(url)
     with target.connect(autocommit=True) as conn:
-        for table in TABLES:
+        for table in (*TABLES, *COUNTS):
             conn.execute(f"VACUUM {target.schema}.{table}")
-        for index in SEARCH_INDEXES:
+        for index in (*SEARCH_INDEXES, "caller_words_pkey"):
             conn.execute(f"REINDEX INDEX CONCURRENTLY {target.schema}.{index}")
 
 
@@ -816,7 +926,7 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
                 """SELECT count(*) FILTER (WHERE relrowsecurity),
                       coalesce(bool_or(pg_has_role(current_user, relowner, 'USAGE')), false)
                FROM pg_class WHERE relnamespace = to_regnamespace(%s) AND relname = ANY(%s)""",
-                [s, list(TABLES)],
+                [s, [*TABLES, *COUNTS]],
             ).fetchone()
         )
         bound = remap = None
@@ -835,8 +945,8 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
         (not bypass, f"role {role} does not have BYPASSRLS"),
         (not owner, f"role {role} does not own the tables (owners bypass row-level security)"),
         (
-            rls_on == len(TABLES),
-            f"row-level security is on for {', '.join(TABLES)} in schema {s}",
+            rls_on == len(TABLES) + len(COUNTS),
+            f"row-level security is on for {', '.join((*TABLES, *COUNTS))} in schema {s}",
         ),
         (bound == tenant, f"{s}.tenant_roles binds {role} to tenant {tenant!r} (found: {bound!r})"),
         (remap is False, f"role {role} cannot change {s}.tenant_roles"),

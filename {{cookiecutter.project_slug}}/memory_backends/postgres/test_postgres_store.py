@@ -96,6 +96,60 @@ async def test_recall_ranks_by_ts_rank_cd_and_searches_through_the_gin_index(sto
     assert "exchanges_search" in plan
 
 
+async def test_a_rare_word_outranks_a_word_the_caller_says_all_the_time(store):
+    # BM25 over the caller's own exchanges: "coffee" is in 10 of 11, "rent" in 1.
+    # (ts_rank_cd alone scored each match alike and put the newest coffee first.)
+    await store.save(make_exchange(0, text="Ann rang about the rent", at=1000.0))
+    for n in range(1, 11):
+        await store.save(make_exchange(n, text=f"coffee number {n}", at=1000.0 + n))
+    recall = await store.recall(ALICE, "coffee and the rent?")
+    assert recall.exchanges[0].user_text == "Ann rang about the rent"
+    assert len(recall.exchanges) == memory.RECALL_EXCHANGES
+
+
+def counts_are_exact(conn: psycopg.Connection, s: str) -> list[tuple]:
+    """caller_words and caller_sizes against a count made from the exchanges
+    themselves (they must be equal); returns the counted words."""
+    lexemes = "search || coalesce(pairs, ''::tsvector)"
+    words = (
+        f"SELECT tenant, caller_id, w, count(*)::int FROM {s}.exchanges,"
+        f" unnest(tsvector_to_array({lexemes})) w GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+    )
+    sizes = (
+        f"SELECT tenant, caller_id, count(*)::int, sum(length({lexemes}))::bigint"
+        f" FROM {s}.exchanges GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+    counted = conn.execute(words).fetchall()
+    kept = f"SELECT * FROM {s}.caller_words ORDER BY 1, 2, 3"
+    assert conn.execute(kept).fetchall() == counted
+    kept = f"SELECT * FROM {s}.caller_sizes ORDER BY 1, 2"
+    assert conn.execute(kept).fetchall() == conn.execute(sizes).fetchall()
+    return counted
+
+
+async def test_word_counts_follow_every_write_and_forget_leaves_none_of_the_callers_words(
+    store, store_url
+):
+    s = schema_of(store_url)
+    first = make_exchange(1, text="the lantern festival in Taipei", call_id="call-1", at=1000.0)
+    await store.save(first)
+    await store.save(make_exchange(2, text="下周二我要去上海出差", call_id="call-1", at=1001.0))
+    await store.save(make_exchange(3, text="lantern paper", call_id="call-2", at=5000.0))
+    await store.save(make_exchange(4, caller="bob", text="bob's lantern", at=1000.0))
+    await store.save(first)  # a retry: no change
+    with admin() as conn:
+        assert ("default", ALICE, "lantern", 2) in counts_are_exact(conn, s)
+        await store.save(memory.Exchange(**{**first.__dict__, "user_text": "a kite festival"}))
+        assert ("default", ALICE, "kite", 1) in counts_are_exact(conn, s)
+        await store.forget(ALICE, call_id="call-2")
+        assert ("default", ALICE, "lantern", 1) not in counts_are_exact(conn, s)
+        await store.purge(before=1000.5, what="exchanges")  # bob's, and alice's first
+        counts_are_exact(conn, s)
+        await store.forget(ALICE)
+        assert counts_are_exact(conn, s) == []
+        assert conn.execute(f"SELECT count(*) FROM {s}.caller_sizes").fetchone() == (0,)
+
+
 async def test_character_pairs_are_searched_through_their_own_gin_index(store, store_url):
     await store.save(make_exchange(1, text="下周二我要去上海出差"))
     assert postgres_store.pair_query("上海出差?") == "'上海' | '海出' | '出差'"
@@ -211,6 +265,11 @@ def test_a_schema_at_any_older_version_upgrades_keeping_every_row(monkeypatch, v
                         " VALUES (%s, %s, %s, 'call-1', %s, 'OK', false, '{}', %s)",
                         [tenant, ALICE, f"k{n}", text, 1000 + n],
                     )
+                    if version >= 3:  # its writes filled the pairs
+                        conn.execute(
+                            f"UPDATE {s}.exchanges SET pairs = %s::tsvector WHERE key = %s",
+                            [postgres_store.pair_vector(f"{text} OK"), f"k{n}"],
+                        )
                 conn.execute(
                     f"INSERT INTO {s}.facts (tenant, caller_id, kind, value, updated_at)"
                     " VALUES (%s, %s, 'name', 'Al', 1000)",
@@ -226,6 +285,7 @@ def test_a_schema_at_any_older_version_upgrades_keeping_every_row(monkeypatch, v
         with admin() as conn:  # every row, with every column it had, as it was
             for table, (names, kept) in before.items():
                 assert rows(conn, f"SELECT {', '.join(names)} FROM {s}.{table}") == (names, kept)
+            assert ("acme", ALICE, "上海", 1) in counts_are_exact(conn, s)
 
         async def found() -> dict[str, list[str]]:
             store = memory.open_store(url)
@@ -402,13 +462,18 @@ async def test_tenants_sharing_a_schema_never_see_each_others_rows(store_url):
 
 
 @contextlib.contextmanager
-def app_role(store_url: str, tenant: str, *, bypassrls: bool = False) -> Iterator[str]:
-    """A login role made by `sql --app-role` for ``tenant``; the URL it connects with."""
+def app_role(
+    store_url: str, tenant: str, *, bypassrls: bool = False, before_version_4: bool = False
+) -> Iterator[str]:
+    """A login role made by `sql --app-role` for ``tenant`` (``before_version_4``: as
+    that command made it before version 4); the URL it connects with."""
     role = f"memory_test_{uuid.uuid4().hex[:10]}"
     parts = urlsplit(with_params(store_url, tenant=tenant))
     url = urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rsplit('@', 1)[-1]}"))
     code, sql = command("sql", "--url", url, "--app-role", role)
     assert code == 0, sql
+    if before_version_4:
+        sql = "\n".join(line for line in sql.splitlines() if "caller_words" not in line)
     with admin() as conn:
         conn.execute(sql.encode())
         if bypassrls:
@@ -439,10 +504,29 @@ async def test_an_application_role_is_held_to_its_tenant_by_row_level_security(s
                 conn.execute(f"INSERT INTO {s}.facts VALUES ('globex', 'x', 'k', 'v', 0)")
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(f"UPDATE {s}.tenant_roles SET tenant = 'globex'")
+            # The word counts its saves keep are held to its tenant too.
+            assert conn.execute(f"SELECT DISTINCT tenant FROM {s}.caller_words").fetchall() == [
+                ("acme",)
+            ]
         code, out = command("check", "--url", url)
         assert code == 0 and "tenant isolation is in force" in out, out
         await store.close()
     await owner.close()
+
+
+async def test_a_role_made_before_version_4_saves_and_recalls_after_the_upgrade(monkeypatch):
+    # Its saves now write the word counts (through the triggers): upgrade grants them.
+    with own_schema(upgraded=False) as url:
+        monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", 3)
+        postgres_store.upgrade(url)
+        monkeypatch.undo()
+        with app_role(url, "acme", before_version_4=True) as role_url:
+            postgres_store.upgrade(url)
+            store = memory.open_store(role_url)
+            await store.save(make_exchange(1, text="the lantern festival"))
+            recall = await store.recall(ALICE, "lantern")
+            assert [e.user_text for e in recall.exchanges] == ["the lantern festival"]
+            await store.close()
 
 
 def test_the_check_flags_a_superuser_a_bypassrls_role_and_an_unbound_tenant(store_url):
@@ -461,34 +545,44 @@ def test_the_check_flags_a_superuser_a_bypassrls_role_and_an_unbound_tenant(stor
 
 
 def in_files(conn: psycopg.Connection, schema: str, word: str) -> dict[str, bool]:
-    """Whether ``word`` is in the files of the exchanges table and its search indexes."""
+    """Whether ``word`` is in the files of the exchanges table, its search indexes
+    and the word counts' key."""
     conn.execute("CHECKPOINT")  # what is in shared buffers goes to the files
     found = "SELECT position(%s::bytea IN pg_read_binary_file(pg_relation_filepath(%s))) > 0"
     return {
         rel: conn.execute(found, [word.encode(), f"{schema}.{rel}"]).fetchone() == (True,)
-        for rel in ("exchanges", *postgres_store.SEARCH_INDEXES)
+        for rel in ("exchanges", *postgres_store.SEARCH_INDEXES, "caller_words_pkey")
     }
 
 
-async def test_forget_erases_rows_and_index_entries_and_vacuum_erases_the_bytes(store, store_url):
+async def test_forget_erases_rows_index_entries_and_word_counts_and_vacuum_the_index_bytes(
+    store, store_url
+):
     await store.save(make_exchange(1, text="my password hint is xylophonequartz"))
     await store.save(make_exchange(3, text="我的密码提示是紫水晶"))  # "amethyst": pairs 紫水, 水晶
     await store.save(make_exchange(2, caller="bob", text="bob's quartz"))
     s = schema_of(store_url)
-    everywhere = {"exchanges": True, "exchanges_search": True, "exchanges_pairs": True}
-    nowhere = dict.fromkeys(everywhere, False)
     with admin() as conn:
-        assert in_files(conn, s, "xylophonequartz") == {**everywhere, "exchanges_pairs": False}
-        assert in_files(conn, s, "紫水") == everywhere
+        assert in_files(conn, s, "xylophonequartz") == {
+            "exchanges": True,
+            "exchanges_search": True,
+            "exchanges_pairs": False,
+            "caller_words_pkey": True,
+        }
+        assert in_files(conn, s, "紫水") == dict.fromkeys(in_files(conn, s, "紫水"), True)
         assert await store.forget(ALICE) == 2
         conn.execute("SET enable_seqscan = off")  # ask the index itself
         found = f"SELECT count(*) FROM {s}.exchanges WHERE search @@ to_tsquery('english', %s)"
         assert conn.execute(found, ["xylophonequartz"]).fetchone() == (0,)
         assert conn.execute(found, ["quartz"]).fetchone() == (1,)  # bob's
-        # What the backend's docs say an operator must run to wipe the bytes too:
+        words = f"SELECT DISTINCT caller_id FROM {s}.caller_words"
+        assert conn.execute(words).fetchall() == [("bob",)]
+        # What the backend's docs say an operator must run to wipe the indexes' bytes
+        # too (a table page keeps a deleted row's bytes until a new row reuses them):
         assert command("vacuum", "--url", store_url)[0] == 0
-        assert in_files(conn, s, "xylophonequartz") == nowhere
-        assert in_files(conn, s, "紫水")["exchanges_pairs"] is False
+        indexes = (*postgres_store.SEARCH_INDEXES, "caller_words_pkey")
+        for word in ("xylophonequartz", "紫水"):
+            assert not any(in_files(conn, s, word)[i] for i in indexes)
 
 
 # -- writes, time bounds, faults ------------------------------------------------------
