@@ -254,7 +254,9 @@ def open_store(url: str, *, create: bool = True) -> SQLiteStore:
     ``StoreUnavailable`` for a file that cannot be opened or written; each names
     the path. A file another process holds locked past ``BUSY_TIMEOUT`` (migrating
     it, or in a long write), or on a full disk, is not an error: it is opened when
-    first used, and calls meanwhile go on without memory."""
+    first used, and calls meanwhile go on without memory. A file of an older schema
+    version holding more than ``UPGRADE_IN_OPEN_ROWS`` exchanges is upgraded on a
+    thread of its own after this returns (see there)."""
     path = path_of(url)
     if not create and not path.is_file():
         raise StoreUnavailable(
@@ -310,6 +312,9 @@ class SQLiteStore:
         # the generation: every connection of an older one is closed.
         self._file: tuple[int, int] | None = None
         self._generation = 0
+        # Set while a big file of an older schema is upgraded after ``open`` returned
+        # (``_upgrade_in_background``): why reads and writes are refused meanwhile.
+        self._upgrading: str | None = None
 
     @property
     def generation(self) -> int:
@@ -321,6 +326,10 @@ class SQLiteStore:
     @classmethod
     def open(cls, path: str | Path) -> SQLiteStore:
         store = cls(path)
+        rows = _rows_to_upgrade(store.path)
+        if rows > UPGRADE_IN_OPEN_ROWS:
+            store._upgrade_in_background(rows)
+            return store
         try:
             store._conn()  # the first connection checks and migrates the file
         except (sqlite3.Error, OSError) as exc:
@@ -458,17 +467,69 @@ class SQLiteStore:
             f"{', '.join(sorted(missing))} table); give MEMORY_URL a file of its own"
         )
 
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+    def _upgrade_in_background(self, rows: int) -> None:
+        self._upgrading = (
+            f"the memory file {self.path} ({rows} exchanges) is being upgraded to schema "
+            f"version {SCHEMA_VERSION}; memory is back when that is done"
+        )
+        logger.warning(
+            "memory: %s holds %d exchanges of an older schema version; upgrading it to "
+            "version %d on a thread of its own (about %.0f s); calls go on without memory "
+            "until it is done",
+            self.path,
+            rows,
+            SCHEMA_VERSION,
+            rows * UPGRADE_SECONDS_PER_ROW,
+        )
+        threading.Thread(target=self._upgrade, name="memory-upgrade", daemon=True).start()
+
+    def _upgrade(self) -> None:
+        started = time.monotonic()
+        while not self._closed:
+            try:
+                self._conn()  # the first connection checks and migrates the file
+                break
+            except (sqlite3.Error, OSError) as exc:
+                if not _passing(exc):
+                    self._upgrading = f"the memory file {self.path} could not be upgraded: {exc}"
+                    logger.error("memory: %s", self._upgrading)
+                    return
+                # Another process upgrades it (its write lock), or the disk is full:
+                # wait for our turn; its upgrade, once committed, leaves ours nothing to do.
+                time.sleep(UPGRADE_RETRY_AFTER)
+            except Exception as exc:  # SchemaMismatch and the like: say it, keep refusing
+                self._upgrading = f"the memory file {self.path} could not be upgraded: {exc}"
+                logger.error("memory: %s", self._upgrading)
+                return
+        self._upgrading = None
+        logger.info(
+            "memory: %s upgraded to schema version %d in %.1f s; memory is back",
+            self.path,
+            SCHEMA_VERSION,
+            time.monotonic() - started,
+        )
+
+    @property
+    def upgrading(self) -> bool:
+        """Whether a big file of an older schema is being upgraded in the background
+        (reads and writes raise ``StoreUnavailable`` meanwhile, see ``open``)."""
+        return self._upgrading is not None
+
+    def _usable(self) -> None:
         if self._closed:
             raise StoreUnavailable("the memory store is closed")
+        if self._upgrading is not None:
+            raise StoreUnavailable(self._upgrading)
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        self._usable()
         return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     async def _write(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
         """Run ``fn`` on the writer thread. With ``timeout``, it runs within that many
         seconds or not at all (TimeoutError): it does not start late, and waits for
         another process's lock only as long as is left."""
-        if self._closed:
-            raise StoreUnavailable("the memory store is closed")
+        self._usable()
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def run() -> T:
@@ -908,6 +969,42 @@ def _item_ids(stored: Any) -> tuple[str, ...]:
 PASSING = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
 """SQLite's result codes for conditions that pass (another process's lock, a full disk,
 a failed write): a file that gives one when opened is opened on first use instead."""
+
+
+UPGRADE_IN_OPEN_ROWS = 20_000
+"""Most exchanges a file of an older schema version may hold for ``open`` to upgrade
+it before it returns. ``open`` runs in a job process's prewarm, and LiveKit kills a
+process whose prewarm takes over 10 s (livekit-agents' ``initialize_process_timeout``
+default), which would roll the upgrade back in every new process, forever. A bigger
+file is upgraded on a thread of its own: ``open`` returns at once, reads and writes
+raise ``StoreUnavailable`` until it is done (calls go on without memory; their
+exchanges wait in ``memory.ExchangeWriter``), and a process killed meanwhile leaves
+the file as it was (one transaction) for the next one to upgrade."""
+UPGRADE_SECONDS_PER_ROW = 0.00015
+"""What upgrading from schema 3 (the turn index of versions 4 and 6) took per exchange
+on the 2-core machine of benchmarks/README.md: 15 s for 100,000. For the log line."""
+UPGRADE_RETRY_AFTER = 0.5
+"""Seconds between tries of a background upgrade while another process holds the
+file's write lock (upgrading it itself, or writing)."""
+
+
+def _rows_to_upgrade(path: Path) -> int:
+    """How many exchanges a file of an older schema version holds (its largest rowid:
+    no scan); 0 for a file of this version, one that is not there or is not ours (the
+    usual open says what is wrong with it)."""
+    if not path.is_file():
+        return 0
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if not 0 < version < SCHEMA_VERSION:
+                return 0
+            return int(conn.execute("SELECT max(rowid) FROM exchanges").fetchone()[0] or 0)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
 
 
 def _passing(exc: BaseException) -> bool:

@@ -238,6 +238,64 @@ def _file_at(path: Path, version: int) -> sqlite3.Connection:
     return conn
 
 
+async def test_a_big_file_of_an_older_schema_is_upgraded_after_open_returns(
+    tmp_path, monkeypatch, caplog
+):
+    # open() runs in a job process's prewarm, which LiveKit kills after 10 s, and the
+    # turn index takes ~15 s to build for 100,000 exchanges: inside open, the upgrade
+    # of a big file was rolled back in every new process, forever. Here another
+    # process holds the write lock as well, so open() could not even start it.
+    monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
+    path = tmp_path / "v3.db"
+    conn = _file_at(path, 3)
+    for n in range(20):
+        user = f"Trip {n} to Porto."
+        conn.execute(
+            "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
+            "assistant_text, item_ids, created_at, user_words, reply_words) "
+            "VALUES (?, ?, ?, 'c1', ?, 'Nice.', '[]', ?, ?, ?)",
+            (
+                f"k{n}",
+                ALICE,
+                sqlite_store.caller_key(ALICE),
+                user,
+                1_700_000_000 + n,
+                sqlite_store.indexed_words(ALICE, user),
+                sqlite_store.indexed_words(ALICE, "Nice."),
+            ),
+        )
+    conn.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    with caplog.at_level(logging.INFO, logger="memory"):
+        store = sqlite_store.SQLiteStore.open(path)
+        try:
+            assert store.upgrading
+            with pytest.raises(memory.StoreUnavailable, match="being upgraded"):
+                await store.recall(ALICE, "Porto")
+            with pytest.raises(memory.StoreUnavailable, match="being upgraded"):
+                await store.save(make_exchange(99, text="Porto again"))
+            holder.execute("ROLLBACK")
+            holder.close()
+            for _ in range(600):  # the upgrade's thread takes the lock when it is free
+                if not store.upgrading:
+                    break
+                await asyncio.sleep(0.1)
+            assert not store.upgrading
+            found = (await store.recall(ALICE, "Porto", limit=50)).exchanges
+            said = sorted(f"Trip {n} to Porto." for n in range(20))
+            assert sorted(e.user_text for e in found) == said
+        finally:
+            await store.close()
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("upgrading it to version" in m and "20 exchanges" in m for m in logged), logged
+    assert any("upgraded to schema version" in m for m in logged), logged
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
+    conn.close()
+
+
 async def test_a_file_of_schema_4_indexes_each_turn_with_the_exchange_before_it(tmp_path):
     path = tmp_path / "v4.db"
     conn = _file_at(path, 4)
