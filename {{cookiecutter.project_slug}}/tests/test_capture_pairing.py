@@ -40,7 +40,13 @@ async def test_a_greeting_still_being_generated_when_the_first_turn_arrives_is_n
     model = ScriptedLLM(answer)
     async with call(store, CALLER, model, greets=False) as (session, _):
         await session.run(user_input="Hi, this is Maria calling about order 5521.")
-        said = [i.text_content for i in session.history.items if i.type == "message"]
+        # The run waits for its own reply, not for the greeting's speech, which a busy
+        # machine can finish later: wait for the greeting to be in the history too.
+        for _ in range(200):
+            said = [i.text_content for i in session.history.items if i.type == "message"]
+            if GREETING in said:
+                break
+            await asyncio.sleep(0.05)
         assert said.index("Hi, this is Maria calling about order 5521.") < said.index(GREETING)
     assert await saved(store) == [
         ("Hi, this is Maria calling about order 5521.", "Thanks Maria, let me look up order 5521.")
