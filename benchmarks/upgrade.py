@@ -53,13 +53,7 @@ WORDS = [
 def old_file(path: Path, version: int, exchanges: int) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
-    for step in sqlite_store.MIGRATIONS[:version]:
-        if callable(step):
-            step(conn)
-        else:
-            for statement in sqlite_store._split_sql(step):
-                conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {version}")
+    sqlite_store.apply_migrations(conn, 0, version)
     rng = random.Random(1)
     rows = []
     for i in range(exchanges):

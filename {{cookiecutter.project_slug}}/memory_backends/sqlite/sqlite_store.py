@@ -443,14 +443,7 @@ class SQLiteStore:
             if version and "exchanges" not in tables:
                 # another application's file: check before any migration touches it
                 self._not_memory(version, {"exchanges"})
-            for number in range(version, SCHEMA_VERSION):
-                step = MIGRATIONS[number]
-                if callable(step):
-                    step(conn)
-                    continue
-                for statement in _split_sql(step):
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {number + 1}")
+            apply_migrations(conn, version, SCHEMA_VERSION)
             missing = TABLES - _tables(conn)
             if missing:
                 self._not_memory(version, missing)
@@ -489,15 +482,13 @@ class SQLiteStore:
             try:
                 self._conn()  # the first connection checks and migrates the file
                 break
-            except (sqlite3.Error, OSError) as exc:
-                if not _passing(exc):
-                    self._upgrading = f"the memory file {self.path} could not be upgraded: {exc}"
-                    logger.error("memory: %s", self._upgrading)
-                    return
-                # Another process upgrades it (its write lock), or the disk is full:
-                # wait for our turn; its upgrade, once committed, leaves ours nothing to do.
-                time.sleep(UPGRADE_RETRY_AFTER)
-            except Exception as exc:  # SchemaMismatch and the like: say it, keep refusing
+            except Exception as exc:
+                if isinstance(exc, (sqlite3.Error, OSError)) and _passing(exc):
+                    # Another process upgrades it (its write lock), or the disk is full:
+                    # wait our turn; its upgrade, once committed, leaves ours nothing to do.
+                    time.sleep(UPGRADE_RETRY_AFTER)
+                    continue
+                # SchemaMismatch, a broken file: say it, and keep refusing reads and writes
                 self._upgrading = f"the memory file {self.path} could not be upgraded: {exc}"
                 logger.error("memory: %s", self._upgrading)
                 return
@@ -1151,6 +1142,21 @@ def _context_from_previous_exchange(conn: sqlite3.Connection) -> None:
     conn.execute(
         f"CREATE TRIGGER turns_au AFTER UPDATE ON exchanges BEGIN {_DROP_TURN_ROWS} {insert} END"
     )
+
+
+def apply_migrations(conn: sqlite3.Connection, start: int, end: int) -> None:
+    """Move the file ``conn`` has open from schema version ``start`` to ``end`` (steps
+    ``MIGRATIONS[start:end]``, each followed by its ``user_version``). The caller
+    holds the transaction (``_migrate``); tests and benchmarks/upgrade.py use it to
+    make a file of an older version."""
+    for number in range(start, end):
+        step = MIGRATIONS[number]
+        if callable(step):
+            step(conn)
+        else:
+            for statement in _split_sql(step):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {number + 1}")
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:

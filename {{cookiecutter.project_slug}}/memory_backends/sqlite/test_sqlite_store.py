@@ -184,22 +184,7 @@ async def test_a_file_of_schema_3_keeps_every_exchange_and_finds_its_turns(tmp_p
         ("c2", "My sister visits in June.", "Lovely!"),
     ]
     for n, (call, user, reply) in enumerate(said):
-        conn.execute(
-            "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
-            "assistant_text, item_ids, created_at, user_words, reply_words) "
-            "VALUES (?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)",
-            (
-                f"k{n}",
-                ALICE,
-                sqlite_store.caller_key(ALICE),
-                call,
-                user,
-                reply,
-                1_700_000_000 + n,  # 14 November 2023
-                sqlite_store.indexed_words(ALICE, user),
-                sqlite_store.indexed_words(ALICE, reply),
-            ),
-        )
+        _insert_old_exchange(conn, n, user, reply, call)
     conn.close()
     store = memory.open_store(f"sqlite:///{path}")
     try:
@@ -227,15 +212,31 @@ async def test_a_file_of_schema_3_keeps_every_exchange_and_finds_its_turns(tmp_p
 def _file_at(path: Path, version: int) -> sqlite3.Connection:
     # A file as schema ``version`` left it, made by the migrations up to it.
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.executescript(str(sqlite_store.MIGRATIONS[0]))
-    for step in sqlite_store.MIGRATIONS[1:version]:
-        if callable(step):
-            step(conn)
-        else:
-            for statement in sqlite_store._split_sql(step):
-                conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {version}")
+    sqlite_store.apply_migrations(conn, 0, version)
     return conn
+
+
+def _insert_old_exchange(
+    conn: sqlite3.Connection, n: int, user: str, reply: str, call_id: str = "c1"
+) -> None:
+    # An exchange row with its indexed words, as schemas 2 to 4 wrote it (in a schema
+    # 4 file its triggers index the turns), n seconds after 14 November 2023, 22:13 UTC.
+    conn.execute(
+        "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
+        "assistant_text, item_ids, created_at, user_words, reply_words) "
+        "VALUES (?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)",
+        (
+            f"k{n}",
+            ALICE,
+            sqlite_store.caller_key(ALICE),
+            call_id,
+            user,
+            reply,
+            1_700_000_000 + n,
+            sqlite_store.indexed_words(ALICE, user),
+            sqlite_store.indexed_words(ALICE, reply),
+        ),
+    )
 
 
 async def test_a_big_file_of_an_older_schema_is_upgraded_after_open_returns(
@@ -249,21 +250,7 @@ async def test_a_big_file_of_an_older_schema_is_upgraded_after_open_returns(
     path = tmp_path / "v3.db"
     conn = _file_at(path, 3)
     for n in range(20):
-        user = f"Trip {n} to Porto."
-        conn.execute(
-            "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
-            "assistant_text, item_ids, created_at, user_words, reply_words) "
-            "VALUES (?, ?, ?, 'c1', ?, 'Nice.', '[]', ?, ?, ?)",
-            (
-                f"k{n}",
-                ALICE,
-                sqlite_store.caller_key(ALICE),
-                user,
-                1_700_000_000 + n,
-                sqlite_store.indexed_words(ALICE, user),
-                sqlite_store.indexed_words(ALICE, "Nice."),
-            ),
-        )
+        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
     conn.close()
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
@@ -305,21 +292,7 @@ async def test_a_file_of_schema_4_indexes_each_turn_with_the_exchange_before_it(
         ("I also need a new kettle.", "Noted."),
     ]
     for n, (user, reply) in enumerate(said):
-        conn.execute(
-            "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
-            "assistant_text, item_ids, created_at, user_words, reply_words) "
-            "VALUES (?, ?, ?, 'c1', ?, ?, '[]', ?, ?, ?)",
-            (
-                f"k{n}",
-                ALICE,
-                sqlite_store.caller_key(ALICE),
-                user,
-                reply,
-                1_700_000_000 + n,
-                sqlite_store.indexed_words(ALICE, user),
-                sqlite_store.indexed_words(ALICE, reply),
-            ),
-        )
+        _insert_old_exchange(conn, n, user, reply)
     conn.close()
     store = memory.open_store(f"sqlite:///{path}")
     try:
