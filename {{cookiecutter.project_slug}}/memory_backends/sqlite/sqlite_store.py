@@ -451,7 +451,7 @@ class SQLiteStore:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     def _not_memory(self, version: int, missing: set[str]) -> None:
@@ -833,7 +833,7 @@ def _remember(conn: sqlite3.Connection, caller_id: str, f: Fact) -> Remembered:
             )
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
     return change.remembered
 
@@ -880,7 +880,7 @@ def _forget(
             n += conn.execute(sql, (caller_id, *args)).rowcount
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
     return n
 
@@ -996,6 +996,14 @@ def _rows_to_upgrade(path: Path) -> int:
             conn.close()
     except sqlite3.Error:
         return 0
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    # SQLite has already rolled back after some errors (a full disk: SQLITE_FULL,
+    # SQLITE_IOERR); a ROLLBACK then raises "no transaction is active", which would
+    # hide the error callers tell apart by its code (_passing).
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 def _passing(exc: BaseException) -> bool:

@@ -492,6 +492,41 @@ def _open_with_no_room(url: str) -> None:
     asyncio.run(save())
 
 
+def _open_with_little_room(url: str) -> None:
+    # The disk fills during the upgrade: no file of this process grows past 64 KiB.
+    limit = (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1])
+    resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    asyncio.run(memory.open_store(url).close())
+
+
+def test_an_upgrade_cut_short_by_a_full_disk_does_not_fail_the_process_and_keeps_every_row(
+    tmp_path,
+):
+    # SQLite rolls back by itself on a full disk; _migrate's ROLLBACK then raised "no
+    # transaction is active", which hid the full disk: open() raised and failed prewarm.
+    path = tmp_path / "v3.db"
+    conn = _file_at(path, 3)
+    for n in range(2000):
+        _insert_old_exchange(conn, n, f"Trip {n} to Porto with the family.", "Have a good trip!")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    url = f"sqlite:///{path}"
+    spawn = multiprocessing.get_context("spawn")
+    process = spawn.Process(target=_open_with_little_room, args=(url,))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3  # rolled back whole
+    conn.close()
+    store = memory.open_store(url)  # room again: upgraded now
+    asyncio.run(store.close())
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    assert conn.execute("SELECT count(*) FROM exchanges").fetchone()[0] == 2000
+    conn.close()
+
+
 def test_a_new_file_on_a_full_disk_does_not_fail_the_process_that_opens_it(tmp_path):
     # It failed prewarm (StoreUnavailable: disk I/O error), and LiveKit gave the call
     # no agent; saves fail instead, are retried, and what stays unsaved is logged.
