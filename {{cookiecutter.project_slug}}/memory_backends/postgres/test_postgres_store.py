@@ -214,8 +214,16 @@ def test_upgrades_started_together_apply_the_migrations_once():
 
 
 def test_migrations_are_applied_in_order_from_an_older_schema(monkeypatch, store_url):
-    store = memory.open_store(store_url)
-    asyncio.run(store.remember(ALICE, memory.Fact.of("name", "Alice")))
+    async def remember() -> None:
+        # closed in the loop that opened its pool: a pool left open there kept
+        # asyncio.run waiting for its tasks at the loop's end (a hung CI run)
+        store = memory.open_store(store_url)
+        try:
+            await store.remember(ALICE, memory.Fact.of("name", "Alice"))
+        finally:
+            await store.close()
+
+    asyncio.run(remember())
     later = "ALTER TABLE {s}.facts ADD COLUMN source text;"
     monkeypatch.setattr(postgres_store, "MIGRATIONS", [*postgres_store.MIGRATIONS, later])
     now = len(postgres_store.MIGRATIONS)
@@ -315,12 +323,14 @@ def test_facts_from_version_1_keep_their_value_and_are_dated_by_their_last_updat
 
         async def check() -> None:
             store = memory.open_store(url)
-            (fact,) = (await store.profile(ALICE)).facts
-            assert (fact.value, fact.learned_at, fact.updated_at) == ("Al", 1000.0, 1000.0)
-            assert (
-                await store.remember(ALICE, memory.Fact.of("name", "Alice"))
-            ).outcome == "replaced"
-            await store.close()
+            try:  # closed even when an assert fails, or asyncio.run waits on its pool
+                (fact,) = (await store.profile(ALICE)).facts
+                assert (fact.value, fact.learned_at, fact.updated_at) == ("Al", 1000.0, 1000.0)
+                assert (
+                    await store.remember(ALICE, memory.Fact.of("name", "Alice"))
+                ).outcome == "replaced"
+            finally:
+                await store.close()
 
         asyncio.run(check())
 
