@@ -984,7 +984,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             report = isolation_report(url)
             for ok, line in report:
-                print(f"{'ok ' if ok else 'NOT'} {line}")
+                # each line states what isolation needs: "FAIL" marks one not met
+                print(f"{'ok  ' if ok else 'FAIL'} {line}")
             enforced = all(ok for ok, _ in report)
             print(f"tenant isolation is {'' if enforced else 'NOT '}in force for {redact(url)}")
             return 0 if enforced else 1
