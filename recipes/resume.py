@@ -211,7 +211,10 @@ async def resumed_assistant(call: memory.CallMemory, *, model: llm.LLM | None = 
         return Assistant(call, model=model)
     history = llm.ChatContext()
     for exchange in saved:
-        history.add_message(role="user", content=exchange.user_text, created_at=exchange.created_at)
+        if exchange.user_text:  # (the call's opening is the greeting alone)
+            history.add_message(
+                role="user", content=exchange.user_text, created_at=exchange.created_at
+            )
         if exchange.assistant_text:
             history.add_message(
                 role="assistant",

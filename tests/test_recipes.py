@@ -110,8 +110,12 @@ def test_a_recipe_copied_into_an_existing_agent_runs(name, tmp_path):
 
     calls = run("front_desk.py")
     assert calls.returncode == 0, calls.stderr[-3000:]
+    # each call's opening (the greeting the caller answered: the agent's words alone,
+    # no caller side) is saved before the caller's turn
     assert json.loads(calls.stdout.strip().splitlines()[-1]) == [
+        "",
         "My sister Ana is vegetarian.",
+        "",
         "What does my sister eat?",
     ]
     assert (project / "memory.db").is_file()

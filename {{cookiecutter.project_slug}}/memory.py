@@ -939,7 +939,8 @@ def format_block(
     was learned and, if later, last said: "since March 2026", up to half), the
     exchanges by rank, then summaries (newest first). A line that does not fit is
     skipped, not the rest after it, so one long line never hides shorter ones; a
-    line already in the block is not repeated.
+    line already in the block is not repeated, nor the same words said on another
+    day (a fixed greeting saved in every call's opening is shown once).
 
     With ``now`` (seconds since the epoch), every block ends with the current date
     and time (``time_line``); dates in the block are in ``deployment_zone()``.
@@ -1006,15 +1007,22 @@ def format_block(
     sections: dict[bool, list[str]] = {False: [], True: []}
     titles = {False: "Earlier exchanges that may be related:", True: AGENT_CLAIMS_TITLE}
     sides = recall.sides or ("both",) * len(recall.exchanges)
+    said: set[str] = set()  # the words of lines shown, without their dates
     for e, side in zip(recall.exchanges, sides, strict=True):
-        line = _exchange_line(e, zone, side)
+        words = _exchange_words(e, side)
+        line = f"- {local_date(e.created_at, zone)} {words}"
         if len(line) + 1 > room:  # (before the word matching below, which costs more)
+            continue
+        # the same words said on another day are shown once (an agent's fixed
+        # greeting in every call's opening, a caller who repeats themselves)
+        if words in said:
             continue
         claim = bool(asked) and _agent_only(asked, e)
         section = sections[claim]
         cost = len(line) + 1 + (0 if section else len(titles[claim]) + 1)
-        if line not in section and cost <= room:
+        if cost <= room:
             section.append(line)
+            said.add(words)
             room -= cost
     exchanges, agent_claims = (
         [titles[k], *sections[k]] if sections[k] else [] for k in (False, True)
@@ -1141,17 +1149,17 @@ TURN_CHARS = 300
 """Each side of an exchange is shown clipped to this many characters."""
 
 
-def _exchange_line(e: Exchange, zone: tzinfo, side: str = "both") -> str:
+def _exchange_words(e: Exchange, side: str = "both") -> str:
     # Only the side(s) that matched (Recall.sides): a reply found through the
     # caller's question is shown without the question, so more matches fit.
     parts = []
-    if side != "reply" or not e.assistant_text:
+    if e.user_text and (side != "reply" or not e.assistant_text):
         parts.append(f"caller: {quoted(e.user_text, TURN_CHARS)}")
     if side != "caller" and e.assistant_text:
         parts.append(f"you: {quoted(e.assistant_text, TURN_CHARS)}")
         if e.interrupted:
             parts[-1] += " (cut off)"
-    return f"- {local_date(e.created_at, zone)} " + " / ".join(parts)
+    return " / ".join(parts)
 
 
 def quoted(text: str, limit: int) -> str:
@@ -1382,7 +1390,8 @@ class _Turn:
             user_text=self.user_text,
             assistant_text="\n".join(dict.fromkeys(r.text for r in replies)),
             interrupted=any(r.interrupted for r in replies),
-            item_ids=(self.user_item_id, *(r.item_id for r in replies)),
+            # (an opening's key is its first reply's id: listed once)
+            item_ids=tuple(dict.fromkeys((self.user_item_id, *(r.item_id for r in replies)))),
             created_at=self.at,
         )
 
@@ -1410,9 +1419,14 @@ class TurnPairing:
       added no user message. Such a reply joins the latest turn that began before it
       if that turn has no speech of its own, so several replies to one turn make one
       exchange, and a reply already under way when the caller spoke again stays with
-      the turn it answered; a reply before any such turn (the greeting) is not the
-      caller's memory and is not saved; a caller's transcript that arrives after the
-      reply it prompted (realtime providers do this) takes that reply over;
+      the turn it answered; a caller's transcript that arrives after the reply it
+      prompted (realtime providers do this) takes that reply over;
+    - the replies said before the caller's first words that answer nothing (the
+      greeting) are what that first turn answers: when it arrives they become the
+      call's opening, an exchange of the agent's words alone (``user_text`` empty), so
+      "Yes, it went fine" keeps what it answered. They are never the caller's words,
+      and a call in which the caller never speaks saves nothing. A greeting still
+      being said when the caller's first turn arrives is nobody's answer;
     - an empty text counts as no reply, and the same text is kept once.
     """
 
@@ -1423,6 +1437,7 @@ class TurnPairing:
         self._seen: set[str] = set()
         self.turns: list[_Turn] = []  # by when each began
         self._unpaired: list[_Reply] = []  # replies of no turn (greeting, late transcript)
+        self.opening: _Turn | None = None  # the greeting the first turn answered
         self._by_speech: dict[str, _Turn] = {}  # speech id -> the turn it added
         self._within: dict[str, str] = {}  # speech id -> the speech whose work made it
 
@@ -1475,6 +1490,8 @@ class TurnPairing:
                     lambda r: r.at >= at and self._answers(r.speech_id) is None,
                     only=[before] if before is not None and before.speech_id is None else [],
                 )
+            if not self.turns and self.opening is None:
+                changed += self._open(at)
             self.turns.append(turn)
             self.turns.sort(key=lambda t: t.at)
             changed.append(turn)
@@ -1495,6 +1512,18 @@ class TurnPairing:
             owner.replies.append(reply)
             changed.append(owner)
         return [t.exchange(self.caller_id, self.call_id) for t in _oldest_first(changed)]
+
+    def _open(self, first_turn_at: float) -> list[_Turn]:
+        # Kept apart from self.turns: the opening is no turn of the caller's, so the
+        # summary, extraction's numbering and the turn count stay the caller's own.
+        said = [
+            r for r in self._unpaired if r.at < first_turn_at and self._answers(r.speech_id) is None
+        ]
+        if not said:
+            return []
+        self._unpaired = [r for r in self._unpaired if r not in said]
+        self.opening = _Turn(said[0].item_id, said[0].at, "", replies=said)
+        return [self.opening]
 
     def _take(
         self, turn: _Turn, mine: Callable[[_Reply], bool], only: list[_Turn] | None = None
@@ -1520,6 +1549,7 @@ class TurnPairing:
     def clear(self) -> None:
         """Drop what was paired (the caller had this call forgotten); ids stay seen."""
         self.turns.clear()
+        self.opening = None
         self._unpaired.clear()
         self._by_speech.clear()
         self._within.clear()

@@ -74,10 +74,18 @@ def show(data: dict[str, Any]) -> str:
     lines += [f"  {_day(s['created_at'])} {s['call_id']}: {s['text']}" for s in data["summaries"]]
     lines.append(f"exchanges ({len(data['exchanges'])}):")
     for e in data["exchanges"]:
-        lines.append(f"  {_day(e['created_at'])} caller: {e['user_text']!r}")
+        if e["user_text"]:  # (none in a call's opening: the greeting alone)
+            lines.append(f"  {_day(e['created_at'])} caller: {_said(e['user_text'])}")
         if e["assistant_text"]:
-            lines.append(f"  {'':10} agent:  {e['assistant_text']!r}")
+            when = f"{'':10}" if e["user_text"] else _day(e["created_at"])
+            lines.append(f"  {when} agent:  {_said(e['assistant_text'])}")
     return "\n".join(lines)
+
+
+def _said(text: str) -> str:
+    # one JSON string: the same double quotes whatever the text holds (repr switched
+    # to single quotes unless the text had one), and a line break cannot fake a line
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _day(ts: float) -> str:

@@ -47,7 +47,11 @@ async def test_a_failing_summary_keeps_the_short_one_and_every_exchange(store):
         await session.run(user_input="My order number is 8812.")
     (summary,) = (await store.profile(CALLER)).summaries
     assert summary.text == "The caller talked about: My order number is 8812."
-    assert [e.user_text for e in await store.exchanges(CALLER)] == ["My order number is 8812."]
+    # the call's opening (the greeting, the agent's words alone) is saved first
+    assert [(e.user_text, e.assistant_text) for e in await store.exchanges(CALLER)] == [
+        ("", "OK."),
+        ("My order number is 8812.", "OK."),
+    ]
 
 
 async def test_a_slow_summary_cannot_hold_the_end_of_the_call_past_its_bound(store):

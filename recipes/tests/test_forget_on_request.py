@@ -153,7 +153,11 @@ async def test_dont_remember_this_call_keeps_earlier_calls(store, store_url):
         await session.run(user_input="Don't remember this call.")
         await session.run(user_input="Yes.")
         await session.run(user_input="One more secret: saffron.")
-    assert [e.user_text for e in await store.exchanges(CALLER)] == ["My favourite colour is teal."]
+    # call-0's opening (its greeting) and its exchange; nothing of call-1, its opening included
+    assert [(e.call_id, e.user_text) for e in await store.exchanges(CALLER)] == [
+        ("call-0", ""),
+        ("call-0", "My favourite colour is teal."),
+    ]
     assert (await store.recall(CALLER, "marmalade saffron")).exchanges == ()
     assert_index_holds(store_url, "marmalade", 0)
     assert_index_holds(store_url, "saffron", 0)

@@ -176,6 +176,7 @@ async def test_spoken_turns_are_saved_though_each_transcript_comes_after_its_rep
     await session.aclose()
     await call_memory.aclose("participant hung up")
     assert [(e.user_text, e.assistant_text) for e in await store.exchanges(CALLER)] == [
+        ("", "Hello!"),  # the call's opening: the greeting the first turn answered
         ("My sister Ana is vegetarian.", "Good to know."),
         ("And my brother eats everything.", "Noted too."),
     ]
@@ -228,7 +229,8 @@ async def test_the_real_entrypoint_gives_the_provider_the_profile_and_saves_the_
     assert first["returncode"] == 0 and "Traceback" not in first["log"], first["log"][-3000:]
     store = memory.open_store(store_url)
     assert [(e.user_text, e.assistant_text) for e in await store.exchanges("alice")] == [
-        ("My sister Ana is vegetarian.", "Good to know.")
+        ("", "Hello!"),  # the call's opening
+        ("My sister Ana is vegetarian.", "Good to know."),
     ]
     assert len((await store.profile("alice")).summaries) == 1  # the shutdown callback ran
     await store.close()

@@ -51,10 +51,19 @@ async def test_the_next_worker_continues_the_call_instead_of_greeting(store):
     said = [(i.role, i.text_content) for i in first.items if i.type == "message"]
     assert ("user", "I need to move my appointment.") in said
     assert ("assistant", "Which day suits you?") in said
+    # the first worker's opening (its greeting) comes back as the agent's words alone
+    assert ("assistant", "Hello!") in said and ("user", "") not in said
     assert "Do not greet again" in first.items[-1].text_content
-    # this call's own turns are in the chat context, so recall leaves them out
+    # this call's own turns are in the chat context, so recall leaves them out.
+    # Each worker's words before the caller's first turn there are an opening of the
+    # agent's words alone: the first worker's greeting and the second's resumption.
     exchanges = await store.exchanges(CALLER, call_id=ROOM_SID)
-    assert [e.user_text for e in exchanges] == ["I need to move my appointment.", "Friday, please."]
+    assert [(e.user_text, e.assistant_text) for e in exchanges] == [
+        ("", "Hello!"),
+        ("I need to move my appointment.", "Which day suits you?"),
+        ("", "Sorry, the line dropped. Which day suits you?"),
+        ("Friday, please.", "Friday works."),
+    ]
 
 
 async def test_a_new_call_in_a_new_room_starts_with_a_greeting(store):
@@ -88,13 +97,17 @@ async def test_through_the_real_entrypoint_a_worker_that_takes_the_room_over_res
     )
     assert first["returncode"] == 0 and "Traceback" not in first["log"], first["log"][-3000:]
     store = memory.open_store(store_url)
-    (saved,) = await store.exchanges("alice")
+    opening, saved = await store.exchanges("alice")
+    assert (opening.user_text, opening.assistant_text) == ("", "Hello!")  # the greeting
+    assert saved.user_text == "I need to move my appointment."
     assert saved.call_id.startswith("RM_")  # the room's sid names the call, not the job
+    assert opening.call_id == saved.call_id
     await store.close()
 
     second = run_job(store_url, [], script=["Sorry, the line dropped. Which day suits you?"])
     assert second["returncode"] == 0 and "Traceback" not in second["log"], second["log"][-3000:]
     greeting = second["requests"][0]
+    assert ["assistant", "Hello!"] in greeting  # the opening: the agent's words alone
     assert ["user", "I need to move my appointment."] in greeting
     assert ["assistant", "Which day suits you?"] in greeting
     assert "Do not greet again" in greeting[-1][1]

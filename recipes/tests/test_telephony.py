@@ -53,8 +53,11 @@ async def test_a_new_number_is_asked_for_consent_and_nothing_is_kept_before_yes(
         await session.run(user_input="My account number is 4417.")
         await session.run(user_input="Yes, you can.")
         await session.run(user_input="My new address is 1 Placeholder Street.")
-    saved = [e.user_text for e in await store.exchanges(NUMBER)]
-    assert saved == ["My new address is 1 Placeholder Street."]
+    # the consent question and the turns before yes are not kept; the first reply
+    # after yes ("Thank you.") comes before any captured caller words, so it is the
+    # call's opening (the agent's words alone)
+    saved = [(e.user_text, e.assistant_text) for e in await store.exchanges(NUMBER)]
+    assert saved == [("", "Thank you."), ("My new address is 1 Placeholder Street.", "Noted.")]
     assert (await store.profile(NUMBER)).facts[0].value == "yes"
 
 
@@ -97,7 +100,10 @@ async def test_a_caller_who_agreed_before_is_captured_from_the_start(store):
     model = ScriptedLLM(["Hello again!", "Noted."])
     async with call(store, NUMBER, model) as (session, _):
         await session.run(user_input="My flight is on Friday.")
-    assert [e.user_text for e in await store.exchanges(NUMBER)] == ["My flight is on Friday."]
+    assert [(e.user_text, e.assistant_text) for e in await store.exchanges(NUMBER)] == [
+        ("", "Hello again!"),  # captured from the greeting on: the call's opening
+        ("My flight is on Friday.", "Noted."),
+    ]
     assert "ask whether" not in model.replies[0].items[-1].text_content
 
 
@@ -189,7 +195,11 @@ async def test_through_the_real_entrypoint_a_sip_caller_is_remembered_by_number_
     assert job["returncode"] == 0 and "Traceback" not in job["log"], job["log"][-3000:]
     assert "ask whether you may remember this call" in job["requests"][0][-1][1]
     store = memory.open_store(store_url)
-    assert [e.user_text for e in await store.exchanges(NUMBER)] == ["My flight is on Friday."]
+    # not the consent question nor the yes: the first reply after yes is the opening
+    assert [(e.user_text, e.assistant_text) for e in await store.exchanges(NUMBER)] == [
+        ("", "Thank you."),
+        ("My flight is on Friday.", "Noted."),
+    ]
     assert [(f.kind, f.value) for f in (await store.profile(NUMBER)).facts] == [
         ("recording_consent", "yes")
     ]

@@ -52,7 +52,8 @@ async def test_exchanges_are_still_captured(store):
     async with call(store, CALLER, ScriptedLLM(["Hello!", "Noted."])) as (session, _):
         await session.run(user_input="My flight is on Friday.")
     assert [(e.user_text, e.assistant_text) for e in await store.exchanges(CALLER)] == [
-        ("My flight is on Friday.", "Noted.")
+        ("", "Hello!"),  # the call's opening: the greeting the first turn answered
+        ("My flight is on Friday.", "Noted."),
     ]
 
 

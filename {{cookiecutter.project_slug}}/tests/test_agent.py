@@ -212,6 +212,7 @@ async def test_a_failing_store_still_gets_a_reply_and_warns_once(store, caplog):
     assert len(down) == 1 and len(failed) <= 1
     # Capture does not depend on recall: the turns were still saved.
     assert [e.user_text for e in await store.exchanges(ALICE)] == [
+        "",  # the call's opening: the greeting the caller answered
         "First question?",
         "Second question?",
     ]
@@ -251,8 +252,8 @@ async def test_while_the_store_is_down_replies_skip_recall_until_a_probe_finds_i
     said = [r.getMessage() for r in caplog.records if "memory: the store" in r.getMessage()]
     assert len(said) == 2, said
     assert "store is unavailable" in said[0] and "answers again" in said[1]
-    # nothing was lost meanwhile: every turn was saved
-    assert len(await store.exchanges(ALICE)) == 6
+    # nothing was lost meanwhile: every turn was saved (and the greeting, the opening)
+    assert len(await store.exchanges(ALICE)) == 1 + 6
 
 
 async def test_a_save_that_works_after_failed_saves_ends_the_skipping(store):
@@ -269,7 +270,7 @@ async def test_a_save_that_works_after_failed_saves_ends_the_skipping(store):
         assert down.calls["recall"] == recalls and not call_memory.health.down
         await say(session, "Third question?")
         assert down.calls["recall"] == recalls + 1
-    assert len(await store.exchanges(ALICE)) == 3  # none lost
+    assert len(await store.exchanges(ALICE)) == 1 + 3  # none lost (1: the greeting)
 
 
 class Unshowable(StoreWrapper):
@@ -303,7 +304,11 @@ async def test_a_row_the_block_cannot_show_is_left_out_and_costs_no_reply(store,
         assert memory.MEMORY_UNAVAILABLE not in block
     warnings = [r for r in caplog.records if "could not show a remembered row" in r.getMessage()]
     assert len(warnings) == 1
-    assert [e.user_text for e in await store.exchanges(ALICE)] == ["What's my name?", "And again?"]
+    assert [e.user_text for e in await store.exchanges(ALICE)] == [
+        "",
+        "What's my name?",
+        "And again?",
+    ]
 
 
 async def test_memory_never_enters_session_history_or_the_agent_context(store):
@@ -379,10 +384,9 @@ async def test_duplicate_item_events_save_once(store):
         for item in [i for i in session.history.items if i.type == "message"]:
             session.emit("conversation_item_added", ConversationItemAddedEvent(item=item))
         await asyncio.sleep(0)
-    exchanges = await store.exchanges(ALICE)
-    assert len(exchanges) == 1
-    assert exchanges[0].assistant_text == "Noted."
-    assert len(exchanges[0].item_ids) == len(set(exchanges[0].item_ids)) == 2
+    opening, exchange = await store.exchanges(ALICE)
+    assert opening.user_text == "" and exchange.assistant_text == "Noted."
+    assert len(exchange.item_ids) == len(set(exchange.item_ids)) == 2
 
 
 async def test_an_interrupted_reply_is_saved_as_said_and_marked(store):
@@ -393,7 +397,7 @@ async def test_an_interrupted_reply_is_saved_as_said_and_marked(store):
         await asyncio.sleep(0.45)  # a few words in, far from the end
         await session.interrupt()
         await asyncio.wait_for(run, 5)
-    (exchange,) = await store.exchanges(ALICE)
+    _opening, exchange = await store.exchanges(ALICE)
     assert exchange.user_text == "Count to twelve for me."
     assert exchange.interrupted
     assert exchange.assistant_text and long_reply.startswith(exchange.assistant_text)
@@ -410,7 +414,8 @@ async def test_pending_saves_are_flushed_when_the_session_closes(store_url):
     await store.close()
     reopened = memory.open_store(store_url)
     assert [e.user_text for e in await reopened.exchanges(ALICE)] == [
-        f"Note number {n}." for n in range(3)
+        "",  # the opening
+        *(f"Note number {n}." for n in range(3)),
     ]
     await reopened.close()
 
@@ -445,7 +450,7 @@ async def test_the_block_is_capped_however_much_is_known(store):
         await say(session, "And the garden again?")
     assert len(last_block(model)) <= 1500
     # the oversized turn itself was kept whole
-    assert (await store.exchanges(ALICE))[0].user_text == huge.strip()
+    assert (await store.exchanges(ALICE))[1].user_text == huge.strip()  # ([0]: the greeting)
 
 
 def test_livekit_joins_text_parts_as_capture_expects():

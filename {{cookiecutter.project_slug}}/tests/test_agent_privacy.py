@@ -56,7 +56,7 @@ async def test_masking_is_one_setting_and_can_be_turned_off(store, monkeypatch):
     monkeypatch.setenv("MEMORY_MASK_SENSITIVE", "0")
     async with call(store, ALICE, ScriptedLLM(["Hello!", "Noted."])) as (session, _):
         await say(session, f"Card {CARD}.")
-    assert [e.user_text for e in await store.exchanges(ALICE)] == [f"Card {CARD}."]
+    assert [e.user_text for e in await store.exchanges(ALICE)] == ["", f"Card {CARD}."]
 
 
 async def test_no_log_line_above_debug_carries_what_the_caller_said(store, caplog):

@@ -13,10 +13,12 @@ import time
 
 from livekit.agents import ConversationItemAddedEvent, llm
 
+import memory
 from tests.conftest import call
 from tests.scripted_llm import ScriptedLLM, ToolCall
 
 CALLER = "caller-1"
+OPENING = ("", "OK.", False)  # the greeting (the scripted "OK."), saved once the caller speaks
 
 
 class Feed:
@@ -62,7 +64,10 @@ async def test_the_same_interrupted_reply_under_two_ids_is_saved_once(store):
         feed.message("assistant", "The museum opens at", id="a1", interrupted=True)
         feed.message("assistant", "The museum opens at", id="a1-retry", interrupted=True)
         feed.message("assistant", "The museum opens at", id="a1")  # an id seen before
-    assert await saved(store) == [("Tell me about the museum hours.", "The museum opens at", True)]
+    assert await saved(store) == [
+        OPENING,
+        ("Tell me about the museum hours.", "The museum opens at", True),
+    ]
 
 
 async def test_a_reply_never_pairs_with_a_turn_it_did_not_answer(store):
@@ -74,6 +79,7 @@ async def test_a_reply_never_pairs_with_a_turn_it_did_not_answer(store):
         feed.message("user", "Actually, make it for four people.", id="u2")
         feed.message("assistant", "A table for four, done.", id="a2")
     assert await saved(store) == [
+        OPENING,
         ("Book the usual table.", "", False),
         ("Actually, make it for four people.", "A table for four, done.", False),
     ]
@@ -102,6 +108,7 @@ async def test_a_reply_already_under_way_when_the_caller_spoke_stays_with_its_tu
         feed.message("assistant", "We close at nine", id="a1", interrupted=True, at=started)
         feed.message("assistant", "On Sundays at six.", id="a2")
     assert await saved(store) == [
+        OPENING,
         ("What time do you close?", "We close at nine", True),
         ("Wait, and on Sundays?", "On Sundays at six.", False),
     ]
@@ -116,7 +123,7 @@ async def test_odd_message_content_never_breaks_capture(store):
         feed.message("user", [""], id="u-blank")
         feed.message("user", ["First part.", image, "Second part."], id="u-parts")
         feed.message("assistant", '<expr emotion="happy"/>Happy to help!', id="a1")
-    assert await saved(store) == [("First part.\nSecond part.", "Happy to help!", False)]
+    assert await saved(store) == [OPENING, ("First part.\nSecond part.", "Happy to help!", False)]
 
 
 async def test_a_reply_around_a_tool_call_is_one_exchange_without_tool_output(store):
@@ -133,19 +140,37 @@ async def test_a_reply_around_a_tool_call_is_one_exchange_without_tool_output(st
         await session.run(user_input="Note my dentist appointment, Friday at 3 pm.")
         Feed(session).item(llm.AgentHandoff(id="h1", new_agent_id="other"))
     assert await saved(store) == [
+        ("", "Hi!", False),
         (
             "Note my dentist appointment, Friday at 3 pm.",
             "Let me check.\nYou have the dentist on Friday at 3 pm.",
             False,
-        )
+        ),
     ]
     assert "Saved:" not in str(await store.exchanges(CALLER))  # the tool's output
 
 
-async def test_the_greeting_is_not_saved_as_the_callers_memory(store):
+async def test_a_greeting_the_caller_never_answers_is_not_saved(store):
     async with call(store, CALLER, ScriptedLLM(["Hello, how can I help?"])) as (_session, _):
         await asyncio.sleep(0)
     assert await saved(store) == []
+
+
+async def test_the_greeting_the_caller_answers_is_kept_as_the_agents_words(store):
+    # "It went fine" means nothing without what it answered: the greeting is the
+    # call's opening, saved as the agent's words alone, never as the caller's.
+    model = ScriptedLLM(["How did the move to Porto go?", "Glad to hear it."])
+    async with call(store, CALLER, model) as (session, _):
+        await session.run(user_input="It went fine, the flat is lovely.")
+    assert await saved(store) == [
+        ("", "How did the move to Porto go?", False),
+        ("It went fine, the flat is lovely.", "Glad to hear it.", False),
+    ]
+    block = memory.format_block(
+        await store.recall(CALLER, "my move to Porto"), query="my move to Porto"
+    )
+    assert 'you: "How did the move to Porto go?"' in block.split(memory.AGENT_CLAIMS_TITLE)[1]
+    assert 'caller: ""' not in block
 
 
 async def test_two_calls_in_one_process_keep_their_own_state(store):
@@ -160,8 +185,14 @@ async def test_two_calls_in_one_process_keep_their_own_state(store):
             session_a.run(user_input="Caller A talks about apples."),
             session_b.run(user_input="Caller B talks about bicycles."),
         )
-    assert await saved(store, "caller-a") == [("Caller A talks about apples.", "OK.", False)]
-    assert await saved(store, "caller-b") == [("Caller B talks about bicycles.", "OK.", False)]
+    assert await saved(store, "caller-a") == [
+        OPENING,
+        ("Caller A talks about apples.", "OK.", False),
+    ]
+    assert await saved(store, "caller-b") == [
+        OPENING,
+        ("Caller B talks about bicycles.", "OK.", False),
+    ]
 
 
 async def test_a_transcript_that_arrives_after_its_reply_still_pairs_with_it(store):
@@ -175,6 +206,7 @@ async def test_a_transcript_that_arrives_after_its_reply_still_pairs_with_it(sto
         feed.message("assistant", "The gym closes at ten.", id="a2", at=spoke + 1.5)
         feed.message("user", "And the gym?", id="u2", at=spoke)  # arrives last
     assert await saved(store) == [
+        OPENING,
         ("Is the pool open today?", "Yes, until eight.", False),
         ("And the gym?", "The gym closes at ten.", False),
     ]
@@ -186,7 +218,7 @@ async def test_a_first_reply_that_arrives_before_its_transcript_is_kept(store):
         spoke = feed.clock + 1.0
         feed.message("assistant", "Good morning to you too!", id="a1", at=spoke + 1.0)
         feed.message("user", "Good morning!", id="u1", at=spoke)
-    assert await saved(store) == [("Good morning!", "Good morning to you too!", False)]
+    assert await saved(store) == [OPENING, ("Good morning!", "Good morning to you too!", False)]
 
 
 async def test_a_repeated_short_reply_still_moves_to_the_turn_it_answered(store):
@@ -198,6 +230,7 @@ async def test_a_repeated_short_reply_still_moves_to_the_turn_it_answered(store)
         feed.message("assistant", "Yes.", id="a2", at=t + 3)  # before its transcript
         feed.message("user", "And on Sunday?", id="u2", at=t + 2)
     assert await saved(store) == [
+        OPENING,
         ("Is the shop open today?", "Yes.", False),
         ("And on Sunday?", "Yes.", False),
     ]
@@ -211,5 +244,6 @@ async def test_replies_that_arrive_out_of_order_are_joined_in_time_order(store):
         feed.message("assistant", "Then lunch at one.", id="a2", at=t + 3)
         feed.message("assistant", "First a call at ten.", id="a1", at=t + 2)
     assert await saved(store) == [
-        ("What's on today?", "First a call at ten.\nThen lunch at one.", False)
+        OPENING,
+        ("What's on today?", "First a call at ten.\nThen lunch at one.", False),
     ]

@@ -19,6 +19,7 @@ from tests.scripted_llm import Reply, ScriptedLLM, Slow, ToolCall
 
 CALLER = "caller-1"
 GREETING = "Hello and welcome to Acme Travel, how can I help today?"
+OPENING = ("", "Hi!")  # the greeting, saved as the agent's words once the caller speaks
 
 
 async def saved(store, caller=CALLER) -> list[tuple[str, str]]:
@@ -59,7 +60,7 @@ async def test_a_greeting_still_being_generated_when_the_first_turn_arrives_is_n
 async def test_generate_reply_with_user_input_pairs_with_that_input(store):
     async with call(store, CALLER, ScriptedLLM(["Hi!", "Your seat is 14C."])) as (session, _):
         await session.generate_reply(user_input="Which seat do I have?")
-    assert await saved(store) == [("Which seat do I have?", "Your seat is 14C.")]
+    assert await saved(store) == [OPENING, ("Which seat do I have?", "Your seat is 14C.")]
 
 
 async def test_a_generate_reply_with_only_instructions_is_not_the_last_turns_answer(store):
@@ -67,7 +68,7 @@ async def test_a_generate_reply_with_only_instructions_is_not_the_last_turns_ans
     async with call(store, CALLER, model) as (session, _):
         await session.run(user_input="Book my flight for Tuesday.")
         await session.generate_reply(instructions="Tell the caller the flight status.")
-    assert await saved(store) == [("Book my flight for Tuesday.", "Booked for Tuesday.")]
+    assert await saved(store) == [OPENING, ("Book my flight for Tuesday.", "Booked for Tuesday.")]
 
 
 async def test_a_tool_loop_without_words_before_the_tool_is_one_exchange(store):
@@ -78,6 +79,7 @@ async def test_a_tool_loop_without_words_before_the_tool_is_one_exchange(store):
         await session.run(user_input="I'm Maria.")
         await session.run(user_input="What's the weather?")
     assert await saved(store) == [
+        OPENING,
         ("I'm Maria.", "Nice to meet you."),
         ("What's the weather?", "OK."),
     ]
@@ -93,7 +95,7 @@ async def test_a_user_message_the_app_inserts_does_not_take_the_earlier_turns_re
         await agent.update_chat_ctx(ctx)
         await session.generate_reply()
     # not handed to memory: not remembered, and the earlier turn keeps its own reply
-    assert await saved(store) == [("Book my flight for Tuesday.", "Booked for Tuesday.")]
+    assert await saved(store) == [OPENING, ("Book my flight for Tuesday.", "Booked for Tuesday.")]
 
 
 async def test_a_user_message_the_app_inserts_and_hands_to_capture_is_remembered(store):
@@ -108,6 +110,7 @@ async def test_a_user_message_the_app_inserts_and_hands_to_capture_is_remembered
         assistant_call.capture(msg.role, msg.id, msg.text_content, created_at=msg.created_at)
         await session.generate_reply()
     assert await saved(store) == [
+        OPENING,
         ("Book my flight for Tuesday.", "Booked for Tuesday."),
         ("My new address is 5 Rua Augusta.", "Your new address is saved."),
     ]
@@ -125,6 +128,6 @@ async def test_a_reply_interrupted_by_the_next_typed_turn_stays_with_its_own_tur
         await first
         await session.run(user_input="And on Sundays?")
     exchanges = await store.exchanges(CALLER)
-    assert [e.user_text for e in exchanges] == ["When are you open?", "And on Sundays?"]
-    assert exchanges[1].assistant_text == "On Sundays we are closed."
-    assert "Sundays" not in exchanges[0].assistant_text
+    assert [e.user_text for e in exchanges] == ["", "When are you open?", "And on Sundays?"]
+    assert exchanges[2].assistant_text == "On Sundays we are closed."
+    assert "Sundays" not in exchanges[1].assistant_text

@@ -55,6 +55,7 @@ async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hea
     store = memory.open_store(store_url)
     saved = await store.exchanges("maria@example.com")
     assert [(e.user_text, e.assistant_text) for e in saved] == [
+        ("", "Hello!"),  # the greeting Maria answered: the call's opening
         ("Hi, I'm Maria.", "Nice to meet you, Maria."),
         ("My sister Ana is vegetarian.", "Noted."),
         ("Thanks, bye.", "Bye!"),
@@ -97,7 +98,8 @@ async def test_a_sip_caller_is_remembered_by_their_number(store_url):
     assert_clean(job)
     store = memory.open_store(store_url)
     assert [e.user_text for e in await store.exchanges("+15550100200")] == [
-        "Please call me back tomorrow."
+        "",  # the opening (the greeting)
+        "Please call me back tomorrow.",
     ]
     assert await store.exchanges("sip_caller") == []
     await store.close()
@@ -112,7 +114,10 @@ async def test_a_sip_number_in_other_digits_is_the_same_caller_and_never_ends_th
     assert_clean(job)
     assert job["history"][-1][0] == "assistant"
     store = memory.open_store(store_url)
-    assert [e.user_text for e in await store.exchanges("+15550100200")] == ["Is my parcel here?"]
+    assert [e.user_text for e in await store.exchanges("+15550100200")] == [
+        "",
+        "Is my parcel here?",
+    ]
     await store.close()
 
 
@@ -125,7 +130,7 @@ async def test_the_dispatch_metadata_names_the_caller(store_url):
     )
     assert_clean(job)
     store = memory.open_store(store_url)
-    assert [e.user_text for e in await store.exchanges("customer-42")] == ["My order is 5521."]
+    assert [e.user_text for e in await store.exchanges("customer-42")] == ["", "My order is 5521."]
     await store.close()
 
 

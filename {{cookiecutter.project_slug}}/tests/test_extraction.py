@@ -79,7 +79,7 @@ async def test_a_malformed_or_late_answer_takes_no_facts_and_loses_nothing(
     assert_clean(job)  # the call ended within LiveKit's shutdown bound, cleanly
     assert logged in job["log"]
     store = memory.open_store(store_url)
-    assert [e.user_text for e in await store.exchanges(ALICE)] == ["I live in Porto."]
+    assert [e.user_text for e in await store.exchanges(ALICE)] == ["", "I live in Porto."]
     profile = await store.profile(ALICE)
     assert profile.facts == () and len(profile.summaries) == 1
     await store.close()
@@ -92,7 +92,7 @@ async def test_closing_waits_for_a_model_that_never_answers_at_most_the_flush_bo
         started = time.monotonic()
     assert time.monotonic() - started < memory.FLUSH_TIMEOUT + 1.0
     assert len(model.extractions) == 1 and memory_call.extracted == []
-    assert [e.user_text for e in await store.exchanges(ALICE)] == ["I live in Porto."]
+    assert [e.user_text for e in await store.exchanges(ALICE)] == ["", "I live in Porto."]
 
 
 async def test_a_full_disk_that_uses_the_end_of_the_call_is_named_not_extraction(store, caplog):
@@ -103,12 +103,13 @@ async def test_a_full_disk_that_uses_the_end_of_the_call_is_named_not_extraction
             await session.run(user_input="I live in Porto.")
             await session.run(user_input="And I have a dog.")
             # the end of the call, with a short bound: every save fails until it is over
-            assert await memory_call.aclose("participant hung up", timeout=0.4) == 2
+            # (the greeting, the call's opening, and the two turns)
+            assert await memory_call.aclose("participant hung up", timeout=0.4) == 3
     said = [r.getMessage() for r in caplog.records]
     assert not [line for line in said if "took too long" in line], said
     (line,) = [line for line in said if "no facts taken" in line]
     assert "saving the call's exchanges used" in line and "of the 0.4 s" in line, line
-    assert "the store refused 2 of them" in line, line
+    assert "the store refused 3 of them" in line, line
     assert model.extractions == []  # no time left: the model was not asked (nor billed)
 
 

@@ -224,6 +224,17 @@ def test_an_exchange_said_twice_appears_once_in_the_block():
     assert block.count("my sister is vegetarian") == 1
 
 
+def test_a_fixed_greeting_saved_in_many_openings_is_shown_once_and_never_as_the_callers():
+    greeting = "Welcome back to Acme Travel, how can I help?"
+    openings = tuple(
+        dataclasses.replace(make_exchange(n, reply=greeting, at=86400.0 * n), user_text="")
+        for n in range(1, 4)
+    )
+    block = memory.format_block(memory.Recall(exchanges=openings), query="Acme travel help")
+    assert block.count(greeting) == 1 and "caller:" not in block
+    assert block.split(memory.AGENT_CLAIMS_TITLE)[1].count(f'you: "{greeting}"') == 1
+
+
 # -- CallMemory over doubles of the store -------------------------------------------
 
 
@@ -476,12 +487,25 @@ async def test_unsaved_exchanges_are_counted_and_their_words_stay_out_of_the_err
 def test_pairing_joins_a_turn_and_its_replies_into_one_exchange():
     pairing = memory.TurnPairing(ALICE, "call-1")
     assert pairing.add("assistant", "g", "Hello!", created_at=1.0) == []  # the greeting
-    (first,) = pairing.add("user", "u1", "Book a table.", created_at=2.0)
+    # the caller's first words make the greeting the call's opening: the agent's alone
+    opening, first = pairing.add("user", "u1", "Book a table.", created_at=2.0)
+    assert (opening.user_text, opening.assistant_text, opening.item_ids) == ("", "Hello!", ("g",))
     assert (first.user_text, first.assistant_text) == ("Book a table.", "")
+    assert pairing.exchanges() == [first]  # the caller's own, as summary and extraction read
     (joined,) = pairing.add("assistant", "a1", "Let me check.", created_at=3.0)
     (joined,) = pairing.add("assistant", "a2", "Done.", created_at=4.0)
     assert joined.assistant_text == "Let me check.\nDone." and joined.key == first.key
     assert pairing.add("assistant", "a2", "Done.", created_at=4.0) == []  # a duplicate event
+
+
+def test_pairing_keeps_no_opening_for_a_greeting_said_after_the_first_turn_or_never_answered():
+    late = memory.TurnPairing(ALICE, "call-1")
+    late.add("user", "u1", "Hi, I'm calling about my order.", created_at=1.0, speech_id="s1")
+    assert late.add("assistant", "g", "Welcome to Acme!", created_at=2.0, speech_id="s0") == []
+    assert late.opening is None
+    unanswered = memory.TurnPairing(ALICE, "call-2")
+    assert unanswered.add("assistant", "g", "Welcome to Acme!", created_at=1.0) == []
+    assert unanswered.exchanges() == [] and unanswered.opening is None
 
 
 def test_pairing_moves_a_reply_to_a_transcript_that_arrives_after_it():

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,24 @@ async def test_show_and_export_give_one_caller_and_never_another(store_url, two_
     ]
     assert [(f["kind"], f["value"]) for f in data["facts"]] == [("home_city", "Lisbon")]
     assert "locker" not in out.read_text() and BOB not in out.read_text()
+
+
+def test_show_quotes_each_side_alike_and_an_opening_as_the_agents_words_alone():
+    import memory_admin
+
+    opening = replace(make_exchange(1, ALICE, reply="How did the move go?", at=0.0), user_text="")
+    said = make_exchange(2, ALICE, "It's done, we're in Porto.", reply='Great "news"!', at=60.0)
+    data = {
+        "caller_id": ALICE,
+        "facts": [],
+        "summaries": [],
+        "exchanges": [asdict(opening), asdict(said)],
+    }
+    assert memory_admin.show(data).splitlines()[-3:] == [
+        '  1970-01-01 00:00 UTC agent:  "How did the move go?"',
+        "  1970-01-01 00:01 UTC caller: \"It's done, we're in Porto.\"",
+        '             agent:  "Great \\"news\\"!"',
+    ]
 
 
 async def test_show_and_export_keep_a_replaced_value_as_history(store_url, store):

@@ -88,7 +88,8 @@ async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(co
         # llm_node saved nothing: only the committed turn and the played reply are stored
     exchanges = await counting_store.exchanges(CALLER)
     assert [(e.user_text, e.assistant_text) for e in exchanges] == [
-        ("I'd like to book a table for Friday", "A table for Friday, by the window.")
+        ("", "Hello!"),  # the greeting, the call's opening
+        ("I'd like to book a table for Friday", "A table for Friday, by the window."),
     ]
 
 
@@ -234,10 +235,11 @@ async def test_after_a_handoff_the_next_agent_keeps_the_caller_and_the_memory(co
     await call_memory.aclose()
     exchanges = await counting_store.exchanges(CALLER)
     assert [e.user_text for e in exchanges] == [
+        "",  # the opening
         "I want to book, transfer me please.",
         "Where do I usually sit?",
     ]
-    first, second = (e.assistant_text.split("\n") for e in exchanges)
+    first, second = (e.assistant_text.split("\n") for e in exchanges[1:])
     assert first.count("Let me transfer you.") == 1 and "Bookings desk here." in first
     assert second == ["Your usual table is by the window."]
 
@@ -258,7 +260,7 @@ async def test_a_hang_up_during_the_reply_keeps_the_callers_words(store_url):
     assert await asyncio.wait_for(call.aclose(), memory.FLUSH_TIMEOUT + 1) == 0
     await store.close()
     reopened = memory.open_store(store_url)
-    (exchange,) = await reopened.exchanges(CALLER)
+    _opening, exchange = await reopened.exchanges(CALLER)
     assert exchange.user_text == "My new address is 1 Placeholder Street."
     if exchange.assistant_text:  # whatever was said before the hang-up, marked
         assert exchange.interrupted

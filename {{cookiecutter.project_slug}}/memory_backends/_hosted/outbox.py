@@ -138,8 +138,9 @@ class Item:
             return f"{memory.fact_label(d['kind'])}: {d['value']}"
         if self.kind == "summary":
             return f"Summary of an earlier call: {d['text']}"
-        said = f"Caller: {d['user_text']}"
-        return said + (f"\nAgent: {d['assistant_text']}" if d["assistant_text"] else "")
+        # (an empty caller side: the call's opening, the agent's greeting alone)
+        said = [f"Caller: {d['user_text']}"] if d["user_text"] else []
+        return "\n".join(said + ([f"Agent: {d['assistant_text']}"] if d["assistant_text"] else []))
 
     def metadata(self) -> dict[str, Any]:
         """The item as flat metadata (str, number, bool, list of str; 10 keys at most,

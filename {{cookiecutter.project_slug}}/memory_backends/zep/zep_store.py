@@ -71,9 +71,10 @@ def idempotency_key(*parts: str) -> str:
 
 
 def messages_of(item: Item) -> list[dict[str, Any]]:
-    """An exchange as Zep thread messages: the caller's turn, then each reply."""
+    """An exchange as Zep thread messages: the caller's turn (none in a call's
+    opening, the agent's greeting alone), then each reply."""
     d = item.data
-    said = [("user", "caller", d["user_text"])]
+    said = [("user", "caller", d["user_text"])] if d["user_text"] else []
     said += [("assistant", "agent", line) for line in d["assistant_text"].split("\n") if line]
     return [
         {
