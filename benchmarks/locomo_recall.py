@@ -36,8 +36,9 @@ Replay rules (each is a choice; see README):
   "" (no reply) when the session ends with the caller.
 - The on_enter greeting takes the first scripted reply: the other speaker's opening
   run when the session starts with them, else "" (no text of our own is added).
-  The agent does not save greetings, so evidence only in such a turn is lost; the
-  benchmark counts it.
+  The agent saves a greeting as the call's opening (its words alone) once the caller
+  speaks; a greeting in a session the caller never speaks in is not saved, and the
+  benchmark counts evidence lost that way apart (there is none in the dev file).
 - A turn that shared a photo is fed as ``text + " [shares a photo: CAPTION]"``.
 - Each call happens on its session's own date (``session_<n>_date_time``, read as
   UTC; the generated memory shows dates in MEMORY_TIMEZONE=UTC): the call's clock and
@@ -230,15 +231,18 @@ def load_conversation(record: dict[str, Any]) -> Conversation:
         )
     c = Conversation(record["sample_id"], caller, other, sessions, fed, qa=record.get("qa", []))
     for s in sessions:
-        c.greeting_turns.update(s.greeting_ids)
+        if not s.runs:  # the caller never spoke: no opening is saved
+            c.greeting_turns.update(s.greeting_ids)
+        sides = [(s.greeting_ids, REPLY_CLIP)]  # the opening: the greeting alone
         for r in s.runs:
-            for ids, limit in ((r.caller_ids, CALLER_CLIP), (r.reply_ids, REPLY_CLIP)):
-                offset = 0
-                total = len(norm(" ".join(fed[d] for d in ids)))
-                for d in ids:
-                    c.side[d] = (offset, total)
-                    c.side_limit[d] = limit
-                    offset += len(norm(fed[d])) + 1
+            sides += [(r.caller_ids, CALLER_CLIP), (r.reply_ids, REPLY_CLIP)]
+        for ids, limit in sides:
+            offset = 0
+            total = len(norm(" ".join(fed[d] for d in ids)))
+            for d in ids:
+                c.side[d] = (offset, total)
+                c.side_limit[d] = limit
+                offset += len(norm(fed[d])) + 1
     return c
 
 
@@ -263,7 +267,7 @@ def evidence_ids(evidence: list[Any], existing: dict[str, str]) -> list[str]:
 def found_in_block(c: Conversation, dia_id: str, block: str) -> bool:
     """The documented evidence-in-block rule (module docstring)."""
     if dia_id in c.greeting_turns or not block:
-        return False  # greetings are not saved; nothing else can match by accident
+        return False  # never saved; nothing else can match by accident
     text = norm(c.fed[dia_id])
     if text and as_shown(text) in block:
         return True
@@ -415,8 +419,8 @@ class Bench:
                 raise RuntimeError(f"{call.pending} exchange(s) unsaved after call {call.call_id}")
         self.item_turns = item_turns
 
-        # Integrity: every fed non-greeting turn is in exactly one stored exchange, on
-        # the right side, with the text fed.
+        # Integrity: every fed turn of a session the caller spoke in is in exactly one
+        # stored exchange, on the right side, with the text fed.
         exchanges = await store.exchanges(caller_id)
         stored: dict[str, int] = {}
         side_ok = 0
@@ -431,7 +435,12 @@ class Bench:
         for d, e in by_turn.items():
             side = e.user_text if d in caller_turns else e.assistant_text
             side_ok += norm(c.fed[d]) in norm(side)
-        expected = [d for s in c.sessions for r in s.runs for d in r.caller_ids + r.reply_ids]
+        expected = [
+            d
+            for s in c.sessions
+            if s.runs
+            for d in s.greeting_ids + [d for r in s.runs for d in r.caller_ids + r.reply_ids]
+        ]
         return {
             "calls": len(c.sessions),
             "runs": runs,
@@ -446,7 +455,7 @@ class Bench:
 
     def shown_turns(self, e: Any, side: str) -> set[str]:
         """The turns of exchange ``e`` on the side(s) its block line shows (as
-        memory._exchange_line picks them from ``side``)."""
+        memory._exchange_words picks them from ``side``)."""
         caller = side != "reply" or not e.assistant_text
         reply = side != "caller" and bool(e.assistant_text)
         return {d for d in self.exchange_turns(e) if (caller if d in self.caller_turns else reply)}
@@ -582,8 +591,8 @@ def score(rec: dict[str, Any], key: str) -> float:
 
 
 def kept_score(rec: dict[str, Any]) -> float | None:
-    """Evidence in the block among the turns the product keeps (greetings are not
-    saved by design); None when every evidence turn of the question is a greeting."""
+    """Evidence in the block among the turns the product keeps (a greeting the caller
+    never answered is not saved); None when no evidence turn of the question is kept."""
     kept = [d for d in rec["evidence"] if d not in rec["greeting_evidence"]]
     return len([d for d in rec["found_in_block"] if d in kept]) / len(kept) if kept else None
 
@@ -887,7 +896,7 @@ def main() -> None:
     c = result["counts"]
     print(
         f"\n{c['questions_scored']} questions scored ({c['questions_skipped_no_evidence']} without usable "  # noqa: E501
-        f"evidence skipped); evidence turns only in a greeting (not saved): {c['greeting_evidence_turns']} "  # noqa: E501
+        f"evidence skipped); evidence turns never saved (a greeting the caller never answered): {c['greeting_evidence_turns']} "  # noqa: E501
         f"distinct turns, in {c['questions_with_greeting_evidence']} questions; memory warnings: "
         f"{sum(c['memory_warnings'].values())}; run time {result['timing_s']['total']:.0f} s"
     )
