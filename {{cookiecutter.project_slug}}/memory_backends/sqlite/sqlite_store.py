@@ -971,9 +971,10 @@ file is upgraded on a thread of its own: ``open`` returns at once, reads and wri
 raise ``StoreUnavailable`` until it is done (calls go on without memory; their
 exchanges wait in ``memory.ExchangeWriter``), and a process killed meanwhile leaves
 the file as it was (one transaction) for the next one to upgrade."""
-UPGRADE_SECONDS_PER_ROW = 0.00015
+UPGRADE_SECONDS_PER_ROW = 0.0001
 """What upgrading from schema 3 (the turn index of versions 4 and 6) took per exchange
-on the 2-core machine of benchmarks/README.md: 15 s for 100,000. For the log line."""
+on the 2-core machine of benchmarks/README.md: about 10 s for 100,000. For the log
+line."""
 UPGRADE_RETRY_AFTER = 0.5
 """Seconds between tries of a background upgrade while another process holds the
 file's write lock (upgrading it itself, or writing)."""
@@ -1088,7 +1089,7 @@ _TURN_ROWS_4 = """
 _DROP_TURN_ROWS = "DELETE FROM turns_fts WHERE rowid IN (old.rowid * 2, old.rowid * 2 + 1);"
 
 
-def _index_turns(conn: sqlite3.Connection) -> None:
+def _index_turns(conn: sqlite3.Connection, *, fill: bool = True) -> None:
     # Schema 4: recall ranks single turns (each side of an exchange; rowid = the
     # exchange's rowid * 2, + 1 for the reply), each indexed with the turns next to
     # it at a lower weight (the caller's turn: the agent's turn before it in the call
@@ -1107,10 +1108,11 @@ def _index_turns(conn: sqlite3.Connection) -> None:
         f"""CREATE VIRTUAL TABLE turns_fts USING fts5 (words, context, day,
             tokenize="{_FTS_TOKENIZER}")"""
     )
-    for statement in _split_sql(
-        _TURN_ROWS_4.format(e="x", source="FROM exchanges x", where="WHERE")
-    ):
-        conn.execute(statement)
+    if fill:  # (see apply_migrations)
+        for statement in _split_sql(
+            _TURN_ROWS_4.format(e="x", source="FROM exchanges x", where="WHERE")
+        ):
+            conn.execute(statement)
     insert = _TURN_ROWS_4.format(e="new", source="", where="WHERE")
     conn.execute(f"CREATE TRIGGER turns_ai AFTER INSERT ON exchanges BEGIN {insert} END")
     conn.execute(f"CREATE TRIGGER turns_ad AFTER DELETE ON exchanges BEGIN {_DROP_TURN_ROWS} END")
@@ -1156,10 +1158,18 @@ def apply_migrations(conn: sqlite3.Connection, start: int, end: int) -> None:
     """Move the file ``conn`` has open from schema version ``start`` to ``end`` (steps
     ``MIGRATIONS[start:end]``, each followed by its ``user_version``). The caller
     holds the transaction (``_migrate``); tests and benchmarks/upgrade.py use it to
-    make a file of an older version."""
+    make a file of an older version.
+
+    Steps are never edited, but one is run with less work: when step 6 is in the
+    same upgrade (the same transaction), step 4 creates the turn index without
+    filling it from the stored exchanges, since step 6 deletes and refills every
+    row of it (filling it twice took 37 % of a schema 3 -> 6 upgrade,
+    benchmarks/upgrade.py). Nothing can read the file in between."""
     for number in range(start, end):
         step = MIGRATIONS[number]
-        if callable(step):
+        if number == 3 and end >= 6:
+            _index_turns(conn, fill=False)
+        elif callable(step):
             step(conn)
         else:
             for statement in _split_sql(step):

@@ -209,6 +209,25 @@ async def test_a_file_of_schema_3_keeps_every_exchange_and_finds_its_turns(tmp_p
     conn.close()
 
 
+def test_an_upgrade_from_schema_3_in_one_go_indexes_every_turn_as_step_by_step(tmp_path):
+    # apply_migrations skips step 4's fill of the turn index when step 6, which
+    # refills it, runs in the same upgrade: the rows must be the same either way.
+    turns = {}
+    for way, steps in (("one go", [(3, 6)]), ("step by step", [(3, 4), (4, 5), (5, 6)])):
+        conn = _file_at(tmp_path / f"{way}.db", 3)
+        for n in range(6):
+            _insert_old_exchange(conn, n, f"turn {n} about orchids", f"reply {n}", f"c{n // 3}")
+        for start, end in steps:
+            conn.execute("BEGIN")
+            sqlite_store.apply_migrations(conn, start, end)
+            conn.execute("COMMIT")
+        turns[way] = conn.execute(
+            "SELECT rowid, words, context, day FROM turns_fts ORDER BY rowid"
+        ).fetchall()
+        conn.close()
+    assert len(turns["one go"]) == 12 and turns["one go"] == turns["step by step"]
+
+
 def _file_at(path: Path, version: int) -> sqlite3.Connection:
     # A file as schema ``version`` left it, made by the migrations up to it.
     conn = sqlite3.connect(path, isolation_level=None)
