@@ -26,7 +26,8 @@ def tool_outputs(model: ScriptedLLM) -> list[str]:
 
 def assert_index_holds(store_url: str, word: str, entries: int) -> None:
     """Forgetting deletes search-index entries too, not only rows: with SQLite, read
-    the FTS5 index from the file itself. (Other backends check their own index in
+    the FTS5 index (turns_fts: a row per turn, the turns next to it as its context)
+    from the file itself. (Other backends check their own index in
     their store tests; recall through the store is checked below for every backend.)"""
     if not store_url.startswith("sqlite:"):
         return
@@ -35,7 +36,7 @@ def assert_index_holds(store_url: str, word: str, entries: int) -> None:
     conn = sqlite3.connect(sqlite_store.path_of(store_url))
     try:
         found = conn.execute(
-            "SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH ?",
+            "SELECT count(*) FROM turns_fts WHERE turns_fts MATCH ?",
             (sqlite_store.fts_query(word, CALLER),),
         ).fetchone()[0]
     finally:
@@ -111,7 +112,7 @@ async def test_everything_is_deleted_index_included_and_the_rest_of_the_call_is_
 ):
     await earlier_call(store, "My locker code is pineapple.")
     await store.remember(CALLER, memory.Fact.of("name", "Maria"))
-    assert_index_holds(store_url, "pineapple", 1)
+    assert_index_holds(store_url, "pineapple", 2)  # the caller's turn; the reply's context
     model = ScriptedLLM(
         [
             "Hello!",

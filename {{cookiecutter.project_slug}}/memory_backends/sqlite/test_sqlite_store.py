@@ -170,7 +170,10 @@ async def test_a_file_of_schema_1_is_indexed_again_when_opened(tmp_path):
         await store.close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
-    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
+    conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
+    # schema 7 dropped the one-row-per-exchange index and its triggers
+    left = "SELECT name FROM sqlite_master WHERE name GLOB 'exchanges_[af]*'"
+    assert not conn.execute(left).fetchall()
     conn.close()
 
 
@@ -353,12 +356,12 @@ async def test_forgetting_everything_deletes_the_index_entries_too(store, db_pat
     await store.save(make_exchange(2, caller="bob", text="bob likes pineapple too"))
     assert await store.forget(ALICE) == 1
     conn = sqlite3.connect(db_path)
-    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
-    count = "SELECT count(*) FROM exchanges_fts WHERE exchanges_fts MATCH ?"
+    conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
+    count = "SELECT count(*) FROM turns_fts WHERE turns_fts MATCH ?"
     for word, caller, entries in [
         ("secret", ALICE, 0),
         ("pineapple", ALICE, 0),
-        ("pineapple", "bob", 1),
+        ("pineapple", "bob", 2),  # bob's turn, and the reply's row (as its context)
     ]:
         assert conn.execute(count, (sqlite_store.fts_query(word, caller),)).fetchone()[0] == entries
     conn.close()
@@ -601,7 +604,7 @@ def test_several_worker_processes_writing_one_file_lose_nothing(db_path, store_u
     current = "SELECT count(*) FROM facts WHERE replaced_at IS NULL"
     assert conn.execute(current).fetchone()[0] == 3 * workers
     assert conn.execute("SELECT count(*) FROM facts").fetchone()[0] == workers * count
-    conn.execute("INSERT INTO exchanges_fts (exchanges_fts) VALUES ('integrity-check')")
+    conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
     conn.close()
 
 
