@@ -1152,10 +1152,12 @@ TURN_CHARS = 300
 def _exchange_words(e: Exchange, side: str = "both") -> str:
     # Only the side(s) that matched (Recall.sides): a reply found through the
     # caller's question is shown without the question, so more matches fit.
+    # A call's opening (no caller words) is its agent's words whatever side matched:
+    # the search index may find it through its empty caller side (the day's words).
     parts = []
     if e.user_text and (side != "reply" or not e.assistant_text):
         parts.append(f"caller: {quoted(e.user_text, TURN_CHARS)}")
-    if side != "caller" and e.assistant_text:
+    if (side != "caller" or not e.user_text) and e.assistant_text:
         parts.append(f"you: {quoted(e.assistant_text, TURN_CHARS)}")
         if e.interrupted:
             parts[-1] += " (cut off)"

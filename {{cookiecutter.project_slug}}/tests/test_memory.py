@@ -235,6 +235,20 @@ def test_a_fixed_greeting_saved_in_many_openings_is_shown_once_and_never_as_the_
     assert block.split(memory.AGENT_CLAIMS_TITLE)[1].count(f'you: "{greeting}"') == 1
 
 
+def test_an_opening_found_through_its_empty_caller_side_shows_the_agents_words():
+    # The search index gives an opening a caller-side row too (no words of its own: the
+    # greeting as context, the day): a question matching only that row ("what did we
+    # talk about on Monday?") must show the greeting as the agent's, not an empty line.
+    greeting = "Welcome back to Acme Travel, how can I help?"
+    opening = dataclasses.replace(make_exchange(1, reply=greeting, at=86400.0), user_text="")
+    recall = memory.Recall(exchanges=(opening,), sides=("caller",))
+    block = memory.format_block(recall, query="what did we talk about on Friday")
+    assert block.splitlines()[1:] == [
+        "Earlier exchanges that may be related:",
+        f'- 1970-01-02 you: "{greeting}"',
+    ]
+
+
 # -- CallMemory over doubles of the store -------------------------------------------
 
 

@@ -54,6 +54,36 @@ async def test_an_exchange_whose_item_ids_are_not_json_is_still_recalled(store, 
     assert [e.item_ids for e in await store.exchanges(ALICE)] == [(), ("item_2",)]
 
 
+async def test_a_question_matching_only_the_day_shows_each_opening_as_the_agents_words(store):
+    # The index has an empty caller-side row for an opening (the greeting's words as
+    # its context, the day's words): from the 13th exchange of a day on, a day-only
+    # question ranks that row before the greeting's own and keeps it alone.
+    monday = 1764590400.0  # Monday 1 December 2025, noon UTC
+    for c in range(8):
+        greeting = f"Hello again, this is greeting {c}."
+        await store.save(
+            memory.Exchange(
+                key=memory.exchange_key(ALICE, f"greet_{c}"),
+                caller_id=ALICE,
+                call_id=f"call-{c}",
+                user_text="",
+                assistant_text=greeting,
+                item_ids=(f"greet_{c}",),
+                created_at=monday + c * 60,
+            )
+        )
+        for n in range(2):
+            at = monday + c * 60 + n + 1
+            await store.save(make_exchange(10 * c + n, call_id=f"call-{c}", at=at))
+    recall = await store.recall(ALICE, "what did we talk about on Monday")
+    openings = [e.assistant_text for e in recall.exchanges if not e.user_text]
+    assert openings  # found, on one side or both
+    block = memory.format_block(recall, query="what did we talk about on Monday")
+    dated = [line for line in block.splitlines() if line.startswith("- 2025-12-01")]
+    assert "- 2025-12-01 " not in [line.rstrip() + " " for line in dated]  # no date alone
+    assert all(f'you: "{text}"' in block for text in openings)
+
+
 async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
     await store.save(make_exchange(1, text="what did you do"))
     assert (await store.recall(ALICE, "what did you do?")).exchanges == ()
