@@ -5,6 +5,7 @@ against tests/doubles.InMemoryStore. A new backend passes this file first."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -92,6 +93,21 @@ async def test_a_later_call_in_the_same_language_finds_what_was_said(store, lang
     await store.save(make_exchange(9, text="I need a new phone charger", call_id="call-0"))
     recall = await store.recall(ALICE, asked)
     assert [e.user_text for e in recall.exchanges] == [said]
+
+
+async def test_a_fixed_greeting_in_every_opening_takes_one_place_in_recall(store):
+    # Each call's opening (the greeting the caller answered) is saved; a deployment's
+    # greeting is often the same words every time. They must not take every place.
+    greeting = "Welcome back to Acme Travel! How can I help you with your travel plans?"
+    await store.save(make_exchange(1, text="I love to travel by train.", call_id="c-old", at=1e9))
+    for n in range(2, 40):
+        opening = make_exchange(n, reply=greeting, call_id=f"c{n}", at=1e9 + 86400 * n)
+        await store.save(dataclasses.replace(opening, user_text=""))
+    recall = await store.recall(ALICE, "How do I like to travel?")
+    said = [(e.user_text, e.assistant_text) for e in recall.exchanges]
+    assert said.count(("", greeting)) == 1 and len(said) == len(set(said))
+    if type(store).__module__ in OUR_SEARCH:  # (a service ranks with its own engine)
+        assert ("I love to travel by train.", "ok") in said
 
 
 @pytest.mark.parametrize(

@@ -554,10 +554,14 @@ class HostedStore:
         ranked = [*rank(fresh, query_words(query)), *(i for i in found if i.kind == "exchange")]
         exchanges: dict[str, Exchange] = {}
         outbox = {r.item.id: r.item for r in rows}
+        said: set[tuple[str, str]] = set()  # the same words twice (a fixed greeting) once
         for hit in ranked:
             item = outbox.get(hit.id, hit)
             if item.call_id != exclude_call_id and hit.id not in exchanges:
-                exchanges[hit.id] = item.exchange()
+                e = item.exchange()
+                if (e.user_text, e.assistant_text) not in said:
+                    said.add((e.user_text, e.assistant_text))
+                    exchanges[hit.id] = e
         profile = _profile(items)
         # Facts a service derived itself (Zep's graph) follow the caller's own facts.
         kinds = {f.kind for f in profile.facts}

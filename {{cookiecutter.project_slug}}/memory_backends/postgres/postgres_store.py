@@ -335,14 +335,19 @@ QUERIES = {
     " || CAST(%(pw)s AS text[])) l, LATERAL (SELECT word, exchanges FROM {s}.caller_words"
     " WHERE tenant = %(t)s AND caller_id = %(c)s AND word = l LIMIT 1) w,"
     " {s}.caller_sizes z WHERE z.tenant = %(t)s AND z.caller_id = %(c)s)"
-    f" SELECT {EXCHANGE} FROM {{s}}.exchanges,"
-    " to_tsquery('english', %(q)s) q, CAST(%(p)s AS tsquery) p"
-    " WHERE tenant = %(t)s AND caller_id = %(c)s AND (search @@ q OR pairs @@ p)"
-    " AND call_id IS DISTINCT FROM %(x)s ORDER BY (SELECT sum(idf * f * "
+    # the same words twice (a fixed greeting saved as every call's opening) count
+    # once, at their best rank: DISTINCT ON, then the best first
+    f" SELECT {EXCHANGE} FROM (SELECT DISTINCT ON (user_text, assistant_text) {EXCHANGE},"
+    " score FROM (SELECT *, (SELECT sum(idf * f * "
     f"{K1 + 1} / (f + {K1} * ({1 - B} + {B} * (length(search) + coalesce(length(pairs), 0))"
     " / avg))) FROM (SELECT lexeme, cardinality(positions) AS f FROM unnest(search)"
     " UNION ALL SELECT lexeme, cardinality(positions) FROM unnest(pairs)) u"
-    " JOIN terms ON word = lexeme) DESC NULLS LAST, created_at DESC LIMIT %(n)s",
+    " JOIN terms ON word = lexeme) AS score FROM {s}.exchanges,"
+    " to_tsquery('english', %(q)s) q, CAST(%(p)s AS tsquery) p"
+    " WHERE tenant = %(t)s AND caller_id = %(c)s AND (search @@ q OR pairs @@ p)"
+    " AND call_id IS DISTINCT FROM %(x)s) e ORDER BY user_text, assistant_text,"
+    " score DESC NULLS LAST, created_at DESC) d"
+    " ORDER BY score DESC NULLS LAST, created_at DESC LIMIT %(n)s",
     "exchanges": f"SELECT {EXCHANGE} FROM {{s}}.exchanges"
     " WHERE tenant = %(t)s AND caller_id = %(c)s"
     " AND (%(call)s::text IS NULL OR call_id = %(call)s) ORDER BY created_at, seq",

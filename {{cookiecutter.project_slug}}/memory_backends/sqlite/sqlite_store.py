@@ -733,7 +733,9 @@ def _search(
     # ``floor`` on, see search_terms), then read only the best exchanges' rows (not
     # every matched row) and drop the current call's; ask for more if that left
     # fewer than ``limit`` exchanges. Each exchange keeps the sides that ranked
-    # before the limit was reached.
+    # before the limit was reached. An exchange of the same words as a better-ranked
+    # one is left out (a fixed greeting saved as every call's opening would otherwise
+    # take every place).
     want = limit * 3
     while True:
         turns = [
@@ -752,7 +754,16 @@ def _search(
             )
         }
         sides: dict[int, set[str]] = {}
-        for n, t in enumerate(t for t in turns if t >> 1 in rows):
+        first: dict[tuple[str, str], int] = {}  # words -> the best-ranked exchange
+        for n, t in enumerate(
+            t
+            for t in turns
+            if t >> 1 in rows
+            and first.setdefault(
+                (rows[t >> 1]["user_text"], rows[t >> 1]["assistant_text"]), t >> 1
+            )
+            == t >> 1
+        ):
             # an exchange shows the sides among the best ``limit`` turns: a side found
             # further down does not take room before better matches
             if t >> 1 not in sides and len(sides) < limit:
@@ -905,8 +916,9 @@ def _erase(conn: sqlite3.Connection, index: bool) -> None:
     checkpoint (pages back into the database, the WAL cut to zero bytes).
 
     Cost: 'optimize' rewrites the whole search index, about 19 ms per 1,000 stored
-    exchanges (measured with the two indexes of schemas 4 to 6; schema 7 has one), holding the write lock (other writers wait, up to their busy timeout,
-    then retry); the checkpoint waits for readers in other processes up to
+    exchanges (measured with the two indexes of schemas 4 to 6; schema 7 has one),
+    holding the write lock (other writers wait, up to their busy timeout, then
+    retry); the checkpoint waits for readers in other processes up to
     BUSY_TIMEOUT. 0 copies of a forgotten word are left (tests/test_sqlite_erase.py;
     benchmarks/forget_erase.py in the kit has the figures and why each step is needed)."""
     if index:
