@@ -454,10 +454,9 @@ class Bench:
         }
 
     def shown_turns(self, e: Any, side: str) -> set[str]:
-        """The turns of exchange ``e`` on the side(s) its block line shows (as
-        memory._exchange_words picks them from ``side``)."""
-        caller = side != "reply" or not e.assistant_text
-        reply = side != "caller" and bool(e.assistant_text)
+        """The turns of exchange ``e`` on the side(s) its block line shows
+        (``memory.shown_sides``)."""
+        caller, reply = self.memory.shown_sides(e, side)
         return {d for d in self.exchange_turns(e) if (caller if d in self.caller_turns else reply)}
 
     def exchange_turns(self, e: Any) -> set[str]:

@@ -1149,15 +1149,23 @@ TURN_CHARS = 300
 """Each side of an exchange is shown clipped to this many characters."""
 
 
+def shown_sides(e: Exchange, side: str = "both") -> tuple[bool, bool]:
+    """Whether the block line of ``e`` shows (the caller's words, the agent's reply)
+    when ``side`` matched (``Recall.sides``: "caller", "reply" or "both")."""
+    # Only the side(s) that matched: a reply found through the caller's question is
+    # shown without the question, so more matches fit. A side with no words shows the
+    # other: a call's opening (no caller words) is its agent's words whatever side
+    # matched (the search index may find it through its empty caller side).
+    caller = bool(e.user_text) and (side != "reply" or not e.assistant_text)
+    return caller, bool(e.assistant_text) and (side != "caller" or not e.user_text)
+
+
 def _exchange_words(e: Exchange, side: str = "both") -> str:
-    # Only the side(s) that matched (Recall.sides): a reply found through the
-    # caller's question is shown without the question, so more matches fit.
-    # A call's opening (no caller words) is its agent's words whatever side matched:
-    # the search index may find it through its empty caller side (the day's words).
+    caller, reply = shown_sides(e, side)
     parts = []
-    if e.user_text and (side != "reply" or not e.assistant_text):
+    if caller:
         parts.append(f"caller: {quoted(e.user_text, TURN_CHARS)}")
-    if (side != "caller" or not e.user_text) and e.assistant_text:
+    if reply:
         parts.append(f"you: {quoted(e.assistant_text, TURN_CHARS)}")
         if e.interrupted:
             parts[-1] += " (cut off)"

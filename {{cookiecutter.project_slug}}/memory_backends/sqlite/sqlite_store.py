@@ -753,17 +753,14 @@ def _search(
                 ROWS_FOUND.format(",".join("?" * len(ids))), (*ids, caller_id, exclude_call_id)
             )
         }
+        best: dict[tuple[str, str], int] = {}  # words -> their best-ranked exchange
+        for t in turns:
+            if t >> 1 in rows:
+                row = rows[t >> 1]
+                best.setdefault((row["user_text"], row["assistant_text"]), t >> 1)
+        kept = set(best.values())
         sides: dict[int, set[str]] = {}
-        first: dict[tuple[str, str], int] = {}  # words -> the best-ranked exchange
-        for n, t in enumerate(
-            t
-            for t in turns
-            if t >> 1 in rows
-            and first.setdefault(
-                (rows[t >> 1]["user_text"], rows[t >> 1]["assistant_text"]), t >> 1
-            )
-            == t >> 1
-        ):
+        for n, t in enumerate(t for t in turns if t >> 1 in kept):
             # an exchange shows the sides among the best ``limit`` turns: a side found
             # further down does not take room before better matches
             if t >> 1 not in sides and len(sides) < limit:
