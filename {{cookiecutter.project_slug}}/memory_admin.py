@@ -77,7 +77,8 @@ def show(data: dict[str, Any]) -> str:
         if e["user_text"]:  # (none in a call's opening: the greeting alone)
             lines.append(f"  {_day(e['created_at'])} caller: {_said(e['user_text'])}")
         if e["assistant_text"]:
-            when = f"{'':10}" if e["user_text"] else _day(e["created_at"])
+            # under the caller's line, "agent:" lines up with "caller:"
+            when = " " * len(_day(0.0)) if e["user_text"] else _day(e["created_at"])
             lines.append(f"  {when} agent:  {_said(e['assistant_text'])}")
     return "\n".join(lines)
 

@@ -85,7 +85,7 @@ def test_show_quotes_each_side_alike_and_an_opening_as_the_agents_words_alone():
     assert memory_admin.show(data).splitlines()[-3:] == [
         '  1970-01-01 00:00 UTC agent:  "How did the move go?"',
         "  1970-01-01 00:01 UTC caller: \"It's done, we're in Porto.\"",
-        '             agent:  "Great \\"news\\"!"',
+        '                       agent:  "Great \\"news\\"!"',
     ]
 
 
