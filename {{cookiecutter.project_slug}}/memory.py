@@ -1216,10 +1216,18 @@ def deployment_zone() -> tzinfo:
     return datetime.now().astimezone().tzinfo or ZoneInfo("UTC")
 
 
+UTC_KEYS = frozenset(
+    {"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"}
+)
+"""The IANA names of UTC itself; a container's /etc/localtime usually links to Etc/UTC."""
+
+
 def zone_name(zone: tzinfo) -> str:
-    """How the model reads a zone's name: its IANA key ("America/Los_Angeles"), or
-    its abbreviation when the machine's zone has no key."""
-    return getattr(zone, "key", None) or zone.tzname(None) or "UTC"
+    """How the model reads a zone's name: its IANA key ("America/Los_Angeles"), "UTC"
+    for UTC under any of its names (``UTC_KEYS``), or its abbreviation when the
+    machine's zone has no key."""
+    name = getattr(zone, "key", None) or zone.tzname(None) or "UTC"
+    return "UTC" if name in UTC_KEYS else name
 
 
 def local_date(ts: float, zone: tzinfo | None = None, fmt: str = "%Y-%m-%d") -> str:
@@ -1346,12 +1354,16 @@ def _words(text: str, *, content: bool = False) -> set[str]:
 
 
 def time_line(now: float, zone: tzinfo) -> str:
-    """The block's last line: the current date and time, and the zone of its dates."""
+    """The block's last line: the current date and time, and the zone of its dates
+    ("Now: Sunday, 29 November 2026, 20:30 America/Los_Angeles time; dates here are in
+    the same zone."; UTC is "04:30 UTC", not "UTC time")."""
+    name = zone_name(zone)
+    where = name if name == "UTC" else f"{name} time"
     try:
         d = datetime.fromtimestamp(now, zone)
     except (OverflowError, OSError, ValueError):
-        return f"Dates here are in {zone_name(zone)} time."
-    return f"Now: {d:%A}, {d.day} {d:%B %Y}, {d:%H:%M} {zone_name(zone)} time (dates here too)."
+        return f"Dates here are in {where}."
+    return f"Now: {d:%A}, {d.day} {d:%B %Y}, {d:%H:%M} {where}; dates here are in the same zone."
 
 
 def _zone_or_utc() -> tzinfo:

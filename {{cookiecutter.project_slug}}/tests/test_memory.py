@@ -183,7 +183,8 @@ def test_dates_are_shown_in_the_deployment_zone_and_the_zone_is_named(monkeypatc
     assert '- 2026-11-29: "talked about the dentist"' in block
     assert "2026-11-30" not in block
     assert block.endswith(
-        "Now: Sunday, 29 November 2026, 20:30 America/Los_Angeles time (dates here too)."
+        "Now: Sunday, 29 November 2026, 20:30 America/Los_Angeles time;"
+        " dates here are in the same zone."
     )
     # the one-sentence blocks carry the time too
     for empty in (memory.Recall(), None):
@@ -215,7 +216,19 @@ def test_an_unknown_zone_name_is_refused_by_name_and_the_block_says_utc(monkeypa
     with pytest.raises(ValueError, match="MEMORY_TIMEZONE='Mars/Olympus_Mons'"):
         memory.deployment_zone()
     block = memory.format_block(memory.Recall(), now=LA_EVENING)
-    assert "Monday, 30 November 2026, 04:30 UTC time" in block
+    assert block.endswith(
+        "Now: Monday, 30 November 2026, 04:30 UTC; dates here are in the same zone."
+    )
+
+
+@pytest.mark.parametrize("key", sorted(memory.UTC_KEYS))
+def test_utc_is_named_utc_whatever_the_machine_calls_it(monkeypatch, key):
+    # a container's /etc/localtime usually links to Etc/UTC: "Etc/UTC time" read badly
+    monkeypatch.setenv(memory.TIMEZONE_SETTING, key)
+    block = memory.format_block(memory.Recall(), now=LA_EVENING)
+    assert block.endswith(
+        "Now: Monday, 30 November 2026, 04:30 UTC; dates here are in the same zone."
+    )
 
 
 def test_an_exchange_said_twice_appears_once_in_the_block():
