@@ -8,6 +8,10 @@
     uv run memory_admin.py purge                      # apply the retention settings now
     uv run memory_admin.py purge --what exchanges --older-than-days 90
 
+`show` and `export` list facts newest first (as the memory block does), and call
+summaries and exchanges oldest first, so a caller's calls read in the order they
+happened; `show` marks a reply the caller cut short "(interrupted)".
+
 It opens the store MEMORY_URL names (the environment or .env.local), as the worker does;
 the read commands (stats, callers, show, export) refuse a store that does not exist
 (a SQLite file not there) instead of creating an empty one.
@@ -43,21 +47,25 @@ class UsageError(Exception):
 
 async def export(store: memory.MemoryStore, caller_id: str) -> dict[str, Any]:
     """Everything stored about one caller as JSON-ready data: {"caller_id", "exported_at"
-    (seconds since the epoch), "facts", "fact_history" (replaced values), "summaries",
-    "exchanges" (oldest first)}."""
+    (seconds since the epoch), "facts" (newest first), "fact_history" (replaced values),
+    "summaries" and "exchanges" (both oldest first)}."""
     profile = await store.profile(caller_id)
     return {
         "caller_id": caller_id,
         "exported_at": time.time(),
         "facts": [asdict(f) for f in profile.facts],
         "fact_history": [asdict(f) for f in await store.history(caller_id)],
-        "summaries": [asdict(s) for s in await store.summaries(caller_id)],
+        # the store lists summaries newest first; a caller's calls read oldest first
+        "summaries": [
+            asdict(s) for s in sorted(await store.summaries(caller_id), key=lambda s: s.created_at)
+        ],
         "exchanges": [asdict(e) for e in await store.exchanges(caller_id)],
     }
 
 
 def show(data: dict[str, Any]) -> str:
-    """One caller's export as lines an operator reads (dates are UTC)."""
+    """One caller's export as lines an operator reads, in the export's order (call
+    summaries and exchanges oldest first); dates are UTC."""
     lines = [f"caller {data['caller_id']}"]
     lines.append(f"facts ({len(data['facts'])}):")
     lines += [
@@ -79,7 +87,8 @@ def show(data: dict[str, Any]) -> str:
         if e["assistant_text"]:
             # under the caller's line, "agent:" lines up with "caller:"
             when = " " * len(_day(0.0)) if e["user_text"] else _day(e["created_at"])
-            lines.append(f"  {when} agent:  {_said(e['assistant_text'])}")
+            cut = " (interrupted)" if e.get("interrupted") else ""  # the caller barged in
+            lines.append(f"  {when} agent:  {_said(e['assistant_text'])}{cut}")
     return "\n".join(lines)
 
 
@@ -151,8 +160,11 @@ def parser() -> argparse.ArgumentParser:
     callers = sub.add_parser("callers", help="caller ids, in order, a page at a time")
     callers.add_argument("--after", default="", help="list the ids after this one")
     callers.add_argument("--limit", type=int, default=100)
-    for name, text in [("show", "one caller's memory"), ("export", "one caller's memory as JSON")]:
-        command = sub.add_parser(name, help=text)
+    for name, text in [
+        ("show", "one caller's memory: facts, then call summaries and exchanges oldest first"),
+        ("export", "one caller's memory as JSON, in the same order"),
+    ]:
+        command = sub.add_parser(name, help=text, description=text)
         command.add_argument("caller_id")
         if name == "export":
             command.add_argument("--out", help="write to this file instead of standard output")

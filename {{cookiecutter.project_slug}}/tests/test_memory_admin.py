@@ -89,6 +89,29 @@ def test_show_quotes_each_side_alike_and_an_opening_as_the_agents_words_alone():
     ]
 
 
+async def test_show_lists_calls_oldest_first_and_marks_a_reply_the_caller_cut_short(
+    store_url, store
+):
+    await store.save_summary(ALICE, "call-1", "Asked about a flight to Porto.")
+    await asyncio.sleep(0.01)  # the summaries are ordered by the time each was saved
+    await store.save_summary(ALICE, "call-2", "Booked the flight to Porto.")
+    await store.save(make_exchange(1, ALICE, "Is there a flight to Porto?", at=1000.0))
+    cut = make_exchange(2, ALICE, "Book it.", reply="Booking it now, the fare is", at=2000.0)
+    await store.save(replace(cut, interrupted=True))
+    shown = admin(store_url, "show", ALICE)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    # summaries and exchanges both read oldest first (the store lists summaries newest first)
+    assert out.index("call-1: Asked about") < out.index("call-2: Booked")
+    assert out.index("Is there a flight to Porto?") < out.index("Book it.")
+    assert 'agent:  "Booking it now, the fare is" (interrupted)\n' in out
+    assert 'agent:  "ok"\n' in out  # a reply heard to the end is not marked
+    exported = json.loads(admin(store_url, "export", ALICE).stdout)
+    assert [s["call_id"] for s in exported["summaries"]] == ["call-1", "call-2"]
+    assert [e["interrupted"] for e in exported["exchanges"]] == [False, True]
+    assert "oldest first" in admin(store_url, "show", "--help").stdout
+
+
 async def test_show_and_export_keep_a_replaced_value_as_history(store_url, store):
     await store.remember(ALICE, memory.Fact.of("home city", "Lisbon", 1000.0))
     await store.remember(ALICE, memory.Fact.of("where I live", "Porto", 90000.0))
