@@ -3,8 +3,9 @@ a thread of its own so that the test, and child processes the test starts (the r
 entrypoint, a worker killed mid-call), all reach it over real HTTP.
 
 A fake (tests/fake_<backend>.py) keeps the service's state in dicts and answers its
-documented routes with the documented shapes, status codes and error bodies
-(HOSTED_APIS.md). This base adds what every service does and tests need to steer:
+documented routes with the documented shapes, status codes and error bodies (each
+fake's docstring names its sources). This base adds what every service does and
+tests need to steer:
 
 - the API key check (``auth_scheme``; 401 with the service's error body);
 - write lag: ``lag`` seconds before a write is searchable (the services index

@@ -236,7 +236,7 @@ def error_text(answer: httpx2.Response) -> str:
     """The message in an error body, whichever shape the service uses: Supermemory
     ``{"error", "details"}``, Mem0 ``{"error"|"detail"|"message", "details"?:
     {"message"}}``, Zep v3 ``{"message"}``, Zep v4 ``{"error": {"message", ...}}``
-    [HOSTED_APIS.md]."""
+    (each service's API reference)."""
     try:
         body = answer.json()
     except ValueError:

@@ -1,5 +1,5 @@
-"""A fake of the Mem0 Platform's API on localhost, for offline tests (HOSTED_APIS.md
-section 2; sources M0-OAS, M0-DOCS, M0-SDK2).
+"""A fake of the Mem0 Platform's API on localhost, for offline tests (sources: github
+mem0ai/mem0, ``docs/openapi.json`` and ``docs/api-reference``; the ``mem0ai`` 2.2.1 SDK).
 
 What it follows: ``Authorization: Token``, trailing slashes, ``add`` with at least
 one entity id at the top level and ``infer: false`` answered with the new memory

@@ -6,8 +6,9 @@ verbatim (``infer: false``) with the item's fields as its metadata, so it reads 
 exactly. Mem0's own extraction (``infer: true``) is not used: it is asynchronous,
 answers with no memory ids (so a retry could not be recognised) and rewrites the
 caller's words. hosted.py does the rest: the durable outbox, retries, write-lag
-merging, forgetting. Routes and shapes are from HOSTED_APIS.md section 2 (sources
-M0-OAS, M0-DOCS, M0-SDK2); method names follow the SDK (``add``, ``search``,
+merging, forgetting. Routes and shapes are from Mem0's OpenAPI and API
+reference (github mem0ai/mem0, ``docs/openapi.json`` and ``docs/api-reference``) and the
+``mem0ai`` 2.2.1 SDK; method names follow the SDK (``add``, ``search``,
 ``get_all``, ``update``, ``delete``, ``delete_users``). No ``GET /v1/ping/``.
 
 Caller ids -> user ids: Mem0 documents no character or length rule for ``user_id``

@@ -1,5 +1,6 @@
-"""A fake of Supermemory's v5 API on localhost, for offline tests (HOSTED_APIS.md 1.1,
-1.3; sources SM-OAS5, SM-SDK5, SM-V5DOCS).
+"""A fake of Supermemory's v5 API on localhost, for offline tests (sources: the v5
+OpenAPI in github supermemoryai/python-sdk, ``fern/openapi.json``; the ``supermemory``
+5.0.1 SDK; supermemory.ai/docs/v5/api-reference).
 
 What it follows: the routes the store uses, ``Authorization: Bearer``, the namespace
 rule (1-100 of ``[a-zA-Z0-9_:-]``), JSON bodies with no unknown keys

@@ -6,7 +6,8 @@ call summary is one document in it, with the caller's words as its content (whic
 Supermemory indexes and extracts memories from) and the item's fields as its
 metadata (so it reads back exactly). hosted.py does the rest: the durable outbox,
 retries, write-lag merging, forgetting. Routes, shapes and rules are from
-HOSTED_APIS.md section 1.1 (sources SM-OAS5, SM-SDK5, SM-V5DOCS); method names
+Supermemory's v5 OpenAPI (github supermemoryai/python-sdk, ``fern/openapi.json``), the
+``supermemory`` 5.0.1 SDK and supermemory.ai/docs/v5/api-reference; method names
 follow the v5 SDK (``add``, ``search``, ``list``, ``documents.delete``,
 ``namespaces.delete``).
 

@@ -1,5 +1,6 @@
-"""A fake of Zep Cloud's v4 API on localhost, for offline tests (HOSTED_APIS.md 3.2,
-3.3; sources ZEP-SDK4, ZEP-DOCS, ZEP-REPO).
+"""A fake of Zep Cloud's v4 API on localhost, for offline tests (sources: the
+``zep-cloud`` 4.0.1 SDK; help.getzep.com/v4/sdk-reference and /rate-limits; github
+getzep/zep).
 
 What it follows: base path ``/api/v4``, ``Authorization: Api-Key``, server-assigned
 UUIDs (users, threads, messages, episodes), ``POST /users`` 201 and 409 for a

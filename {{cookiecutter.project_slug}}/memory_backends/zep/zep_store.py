@@ -7,8 +7,8 @@ the user's graph, from which Zep extracts facts of its own. Recall asks Zep's gr
 for the facts (edges) that bear on the caller's latest words and adds them after
 the caller's own facts; exact exchanges, facts and summaries come from the outbox,
 because v4 documents no way to list a thread's messages or a graph's episodes with
-their metadata. hosted.py does the rest. Routes and shapes are from HOSTED_APIS.md
-3.2 and 3.3 (sources ZEP-SDK4, ZEP-DOCS); method names follow SDK 4.x
+their metadata. hosted.py does the rest. Routes and shapes are from the
+``zep-cloud`` 4.0.1 SDK and help.getzep.com/v4/sdk-reference; method names follow SDK 4.x
 (``user.create``, ``thread.create``, ``thread.add_messages``, ``graph.episode.add``,
 ``graph.search_edges``, ``user.delete``).
 
