@@ -486,6 +486,7 @@ class SQLiteStore:
 
     def _upgrade(self) -> None:
         started = time.monotonic()
+        said = -UPGRADE_WAIT_LOG_EVERY  # when the last "waits" line was logged
         while not self._closed:
             try:
                 self._conn()  # the first connection checks and migrates the file
@@ -494,6 +495,16 @@ class SQLiteStore:
                 if isinstance(exc, (sqlite3.Error, OSError)) and _passing(exc):
                     # Another process upgrades it (its write lock), or the disk is full:
                     # wait our turn; its upgrade, once committed, leaves ours nothing to do.
+                    # Say so now and then: a full disk can last, and memory stays off.
+                    if time.monotonic() - said >= UPGRADE_WAIT_LOG_EVERY:
+                        said = time.monotonic()
+                        logger.warning(
+                            "memory: the upgrade of %s waits (%s); trying again every "
+                            "%.1f s, calls go on without memory meanwhile",
+                            self.path,
+                            exc,
+                            UPGRADE_RETRY_AFTER,
+                        )
                     time.sleep(UPGRADE_RETRY_AFTER)
                     continue
                 # SchemaMismatch, a broken file: say it, and keep refusing reads and writes
@@ -990,6 +1001,9 @@ line."""
 UPGRADE_RETRY_AFTER = 0.5
 """Seconds between tries of a background upgrade while another process holds the
 file's write lock (upgrading it itself, or writing)."""
+UPGRADE_WAIT_LOG_EVERY = 60.0
+"""Seconds between the warnings a background upgrade logs while it waits (another
+process's write lock, a full disk): the first try that fails says why at once."""
 
 
 def _rows_to_upgrade(path: Path) -> int:

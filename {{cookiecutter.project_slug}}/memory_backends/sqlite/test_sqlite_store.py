@@ -335,6 +335,41 @@ async def test_a_big_file_of_an_older_schema_is_upgraded_after_open_returns(
     conn.close()
 
 
+async def test_a_background_upgrade_that_waits_says_so_once_with_why(tmp_path, monkeypatch, caplog):
+    # It retried every 0.5 s in silence: on a full disk that lasts, memory stayed off
+    # with nothing in the log but "upgrading". Here another process holds the write
+    # lock for several tries (each gives up after the store's busy timeout, cut to
+    # 0.05 s so the test is quick).
+    monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
+    monkeypatch.setattr(sqlite_store, "UPGRADE_RETRY_AFTER", 0.05)
+    monkeypatch.setattr(sqlite_store.SQLiteStore.__init__, "__kwdefaults__", {"busy_timeout": 0.05})
+    path = tmp_path / "v3.db"
+    conn = _file_at(path, 3)
+    for n in range(20):
+        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
+    conn.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    with caplog.at_level(logging.INFO, logger="memory"):
+        store = sqlite_store.SQLiteStore.open(path)
+        try:
+            await asyncio.sleep(0.6)  # about six tries, each refused
+            assert store.upgrading
+            holder.execute("ROLLBACK")
+            holder.close()
+            for _ in range(600):
+                if not store.upgrading:
+                    break
+                await asyncio.sleep(0.1)
+            assert not store.upgrading
+        finally:
+            await store.close()
+    logged = [r.getMessage() for r in caplog.records]
+    waits = [m for m in logged if "waits" in m]
+    assert len(waits) == 1, logged
+    assert str(path) in waits[0] and "locked" in waits[0], waits
+
+
 async def test_a_file_of_schema_4_indexes_each_turn_with_the_exchange_before_it(tmp_path):
     path = tmp_path / "v4.db"
     conn = _file_at(path, 4)
