@@ -1188,6 +1188,20 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _clip_at_word(text: str, limit: int) -> str:
+    # _clip for prose a person reads back (a call summary): cut after the last whole
+    # word that fits ("for her…", not "for her visi…"), unless that would drop more
+    # than half of what fits (one very long word is cut like _clip does).
+    text = " ".join(text[: limit * 4].split())
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    if text[limit - 1] != " ":
+        cut = head.rfind(" ")
+        head = head[:cut] if cut > limit // 2 else head
+    return head.rstrip(" ,;:-") + "…"
+
+
 # -- Dates ---------------------------------------------------------------------------
 
 TIMEZONE_SETTING = "MEMORY_TIMEZONE"
@@ -2229,13 +2243,14 @@ class CallMemory:
 
     def summary(self) -> str | None:
         """A one-line summary of this call for the next call's greeting: the first
-        words of the caller's first turns (extractive, no model call; a model-written
-        summary can replace it). None when the caller said nothing."""
+        words of the caller's first three turns, each cut after its last whole word
+        within 80 characters (extractive, no model call; a model-written summary can
+        replace it). None when the caller said nothing."""
         said = [t.user_text for t in self.pairing.turns[:3]]
         if not said:
             return None
-        text = _clip(said[0], 80)
-        for part in (_clip(t, 80) for t in said[1:]):
+        text = _clip_at_word(said[0], 80)
+        for part in (_clip_at_word(t, 80) for t in said[1:]):
             # a turn that ends a sentence needs no "; " after it ("job. My sister")
             text += (" " if text.endswith((".", "!", "?", "…")) else "; ") + part
         return "The caller talked about: " + text

@@ -487,6 +487,24 @@ async def test_aclose_takes_the_shutdown_reason_livekit_passes_it():
     ]
 
 
+async def test_the_call_summary_cuts_a_long_turn_after_a_whole_word():
+    # It was cut at 80 characters mid-word ("for her visi…"), which the next call's
+    # block, memory_admin show and export all repeated (found by a fresh-user trial).
+    store = InMemoryStore()
+    call = memory.CallMemory(store, ALICE, "call-1")
+    said = (
+        "My sister Ana is coming from Porto next week, so please book a restaurant for her visit."
+    )
+    call.capture("user", "u1", said)
+    call.capture("user", "u2", "x" * 200)  # one word longer than the cut: cut anyway
+    await call.aclose()
+    [summary] = (await store.profile(ALICE)).summaries
+    assert summary.text == (
+        "The caller talked about: My sister Ana is coming from Porto next week, so please "
+        "book a restaurant for… " + "x" * 79 + "…"
+    )
+
+
 async def test_a_failing_summary_store_never_loses_the_exchanges(caplog):
     store = Failing(InMemoryStore(), "save_summary")
     call = memory.CallMemory(store, ALICE, "call-1")
