@@ -1206,7 +1206,8 @@ def _clip_at_word(text: str, limit: int) -> str:
 
 TIMEZONE_SETTING = "MEMORY_TIMEZONE"
 """The environment variable naming the zone the model reads dates in: an IANA name
-such as "America/Los_Angeles". Unset: the machine's own zone (TZ, /etc/localtime).
+such as "America/Los_Angeles". Unset or "localtime": the machine's own zone (TZ,
+/etc/localtime).
 Stored times are always UTC instants (seconds since the epoch); only what the model
 reads is local, so a call at 20:30 on 29 November in Los Angeles is "2026-11-29"."""
 
@@ -1215,16 +1216,17 @@ def deployment_zone() -> tzinfo:
     """The zone dates are shown in (``TIMEZONE_SETTING``). Raises ValueError naming
     the variable when it holds a name the time zone database does not know."""
     name = os.getenv(TIMEZONE_SETTING, "").strip()
-    if name:
+    if name and name != "localtime":  # (the machine's zone, found by its name below)
         try:
             return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
+        # OSError: with the tzdata package installed, a folder ("America") is opened
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             raise ValueError(
                 f"{TIMEZONE_SETTING}={name!r} is not a time zone name such as America/Los_Angeles"
             ) from None
     link = os.path.realpath("/etc/localtime")
     for candidate in (os.getenv("TZ", "").lstrip(":"), link.partition("zoneinfo/")[2]):
-        with contextlib.suppress(ZoneInfoNotFoundError, ValueError):
+        with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
             if candidate:
                 return ZoneInfo(candidate)
     return datetime.now().astimezone().tzinfo or ZoneInfo("UTC")
@@ -1238,9 +1240,13 @@ UTC_KEYS = frozenset(
 
 def zone_name(zone: tzinfo) -> str:
     """How the model reads a zone's name: its IANA key ("America/Los_Angeles"), "UTC"
-    for UTC under any of its names (``UTC_KEYS``), or its abbreviation when the
+    for UTC under any of its names (``UTC_KEYS``), a fixed offset by its sign as read
+    ("Etc/GMT+5" is "UTC-5": POSIX inverts it), or its abbreviation when the
     machine's zone has no key."""
     name = getattr(zone, "key", None) or zone.tzname(None) or "UTC"
+    fixed = re.fullmatch(r"Etc/GMT([+-])(\d+)", name)
+    if fixed and int(fixed[2]):
+        return f"UTC{'-' if fixed[1] == '+' else '+'}{int(fixed[2])}"
     return "UTC" if name in UTC_KEYS else name
 
 
@@ -1370,9 +1376,10 @@ def _words(text: str, *, content: bool = False) -> set[str]:
 def time_line(now: float, zone: tzinfo) -> str:
     """The block's last line: the current date and time, and the zone of its dates
     ("Now: Sunday, 29 November 2026, 20:30 America/Los_Angeles time; dates here are in
-    the same zone."; UTC is "04:30 UTC", not "UTC time")."""
+    the same zone."; UTC and offsets from it are "04:30 UTC", "23:30 UTC-5", not "UTC
+    time")."""
     name = zone_name(zone)
-    where = name if name == "UTC" else f"{name} time"
+    where = name if name.startswith("UTC") else f"{name} time"
     try:
         d = datetime.fromtimestamp(now, zone)
     except (OverflowError, OSError, ValueError):

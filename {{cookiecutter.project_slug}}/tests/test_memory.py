@@ -221,6 +221,49 @@ def test_an_unknown_zone_name_is_refused_by_name_and_the_block_says_utc(monkeypa
     )
 
 
+@pytest.mark.parametrize("name", ["America", "Europe"])
+async def test_a_region_set_as_the_zone_is_refused_by_name_and_replies_go_on(monkeypatch, name):
+    # With the tzdata package installed (pandas pulls it in, psycopg on Windows, and
+    # this kit's test environment has it), ZoneInfo("America") raises IsADirectoryError,
+    # not ZoneInfoNotFoundError: it escaped deployment_zone and failed every reply.
+    monkeypatch.setenv(memory.TIMEZONE_SETTING, name)
+    with pytest.raises(ValueError, match=f"MEMORY_TIMEZONE='{name}'"):
+        memory.deployment_zone()
+    call = memory.CallMemory(InMemoryStore(), ALICE, "call-1")
+    block = await call.block_for("hello", turn=1)
+    assert block is not None and block.endswith("UTC; dates here are in the same zone.")
+    # the same name as the machine's zone (TZ) is passed over, not raised
+    monkeypatch.delenv(memory.TIMEZONE_SETTING)
+    monkeypatch.setenv("TZ", name)
+    assert memory.format_block(None, now=LA_EVENING).endswith("dates here are in the same zone.")
+
+
+@pytest.mark.parametrize(
+    ("key", "now"),
+    [
+        ("Etc/GMT+5", "Sunday, 29 November 2026, 23:30 UTC-5;"),
+        ("Etc/GMT-14", "Monday, 30 November 2026, 18:30 UTC+14;"),
+    ],
+)
+def test_a_fixed_offset_zone_is_named_by_its_offset_not_its_inverted_posix_sign(
+    monkeypatch, key, now
+):
+    # Etc/GMT+5 is five hours BEHIND UTC (POSIX signs): "Etc/GMT+5 time" reads as UTC+5
+    monkeypatch.setenv(memory.TIMEZONE_SETTING, key)
+    block = memory.format_block(memory.Recall(), now=LA_EVENING)
+    assert block.endswith(f"Now: {now} dates here are in the same zone.")
+
+
+def test_localtime_as_the_setting_is_the_machines_zone_by_its_name(monkeypatch):
+    # ZoneInfo("localtime") is /etc/localtime on Debian ("20:30 localtime time", no zone
+    # named) and unknown elsewhere; either way not the machine's zone by its name
+    monkeypatch.setenv(memory.TIMEZONE_SETTING, "localtime")
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert memory.zone_name(memory.deployment_zone()) == "Asia/Tokyo"
+    block = memory.format_block(memory.Recall(), now=LA_EVENING)
+    assert block.endswith("13:30 Asia/Tokyo time; dates here are in the same zone.")
+
+
 @pytest.mark.parametrize("key", sorted(memory.UTC_KEYS))
 def test_utc_is_named_utc_whatever_the_machine_calls_it(monkeypatch, key):
     # a container's /etc/localtime usually links to Etc/UTC: "Etc/UTC time" read badly
