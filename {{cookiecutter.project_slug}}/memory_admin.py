@@ -127,7 +127,9 @@ async def run(args: argparse.Namespace, out: Any) -> None:
             if args.command == "show":
                 print(show(data), file=out)
             elif args.out:
-                Path(args.out).write_text(json.dumps(data, indent=2, ensure_ascii=False))
+                # JSON is UTF-8 (RFC 8259), not the locale's encoding (cp1252 on Windows)
+                text = json.dumps(data, indent=2, ensure_ascii=False)
+                Path(args.out).write_text(text, encoding="utf-8")
                 print(f"exported {caller} to {args.out}", file=out)
             else:
                 print(json.dumps(data, indent=2, ensure_ascii=False), file=out)

@@ -112,6 +112,20 @@ async def test_show_lists_calls_oldest_first_and_marks_a_reply_the_caller_cut_sh
     assert "oldest first" in admin(store_url, "show", "--help").stdout
 
 
+async def test_export_writes_a_utf8_file_whatever_the_locale(store_url, store, tmp_path):
+    # JSON files are UTF-8 (RFC 8259); written in the locale's encoding (cp1252 on
+    # Windows, ASCII in a C locale without UTF-8 mode) an emoji or a name in another
+    # script failed the export, reported as "the memory store failed"
+    said = "Je m'appelle José, de 北京 🎉"
+    await store.save(make_exchange(1, ALICE, said, at=1000.0))
+    out = tmp_path / "alice.json"
+    ascii_locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    exported = admin(store_url, "export", ALICE, "--out", str(out), **ascii_locale)
+    assert exported.returncode == 0, exported.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert [e["user_text"] for e in data["exchanges"]] == [said]
+
+
 async def test_show_and_export_keep_a_replaced_value_as_history(store_url, store):
     await store.remember(ALICE, memory.Fact.of("home city", "Lisbon", 1000.0))
     await store.remember(ALICE, memory.Fact.of("where I live", "Porto", 90000.0))
