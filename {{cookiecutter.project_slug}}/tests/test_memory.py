@@ -127,7 +127,9 @@ def test_a_cap_too_small_for_the_block_is_refused():
 
 @pytest.mark.parametrize("cap", [memory.MIN_BLOCK_CHARS, 500, 1000, 2000, 4000])
 @pytest.mark.parametrize("partial", [False, True])
-@pytest.mark.parametrize("now", [None, time.time()])
+# A fixed instant, so every pytest-xdist worker collects the same test ids; its
+# weekday and month are the longest English names (Wednesday, 30 September 2026).
+@pytest.mark.parametrize("now", [None, 1_790_812_740.0])
 def test_the_block_never_exceeds_its_cap(cap, partial, now):
     recall = memory.Recall(
         facts=tuple(fact(n, "v" * (n * 37 % 300 + 1)) for n in range(12)),
