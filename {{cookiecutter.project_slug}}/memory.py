@@ -1265,11 +1265,12 @@ WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", 
 
 def date_words(ts: float, zone: tzinfo | None = None) -> str:
     """The words a question may use for the day ``ts`` (seconds since the epoch) fell
-    on in ``zone`` (default ``deployment_zone()``), in English whatever the locale:
-    "May 2023 8 Monday"; "" for a time out of range. Indexed with each turn, so "what
-    did I say in May" finds May's calls."""
+    on in ``zone`` (default the deployment's zone, UTC when the setting is not a zone,
+    as in the block), in English whatever the locale: "May 2023 8 Monday"; "" for a
+    time out of range. Indexed with each turn, so "what did I say in May" finds May's
+    calls."""
     try:
-        d = datetime.fromtimestamp(ts, zone or deployment_zone())
+        d = datetime.fromtimestamp(ts, zone or _zone_or_utc())
     except (OverflowError, OSError, ValueError):
         return ""
     return f"{MONTHS[d.month - 1]} {d.year} {d.day} {WEEKDAYS[d.weekday()]}"

@@ -221,6 +221,9 @@ def test_an_unknown_zone_name_is_refused_by_name_and_the_block_says_utc(monkeypa
     assert block.endswith(
         "Now: Monday, 30 November 2026, 04:30 UTC; dates here are in the same zone."
     )
+    # the day words indexed with each turn are UTC's too (they were none at all, so
+    # "what did I say on Monday" found nothing while the block showed UTC dates)
+    assert memory.date_words(LA_EVENING) == "November 2026 30 Monday"
 
 
 @pytest.mark.parametrize("name", ["America", "Europe"])
