@@ -65,21 +65,25 @@ async def export(store: memory.MemoryStore, caller_id: str) -> dict[str, Any]:
 
 def show(data: dict[str, Any]) -> str:
     """One caller's export as lines an operator reads, in the export's order (call
-    summaries and exchanges oldest first); dates are UTC."""
+    summaries and exchanges oldest first); dates are UTC. Every remembered text (fact
+    values, summaries, what was said) is one JSON string, so none can fake a line or
+    send control characters to the operator's terminal."""
     lines = [f"caller {data['caller_id']}"]
     lines.append(f"facts ({len(data['facts'])}):")
     lines += [
-        f"  {memory.fact_label(f['kind'])}: {f['value']} (learned {_day(f['learned_at'])})"
+        f"  {memory.fact_label(f['kind'])}: {_said(f['value'])} (learned {_day(f['learned_at'])})"
         for f in data["facts"]
     ]
     history = data.get("fact_history", [])
     lines.append(f"replaced facts ({len(history)}):")
     lines += [
-        f"  {memory.fact_label(f['kind'])}: {f['value']} (replaced {_day(f['replaced_at'])})"
+        f"  {memory.fact_label(f['kind'])}: {_said(f['value'])} (replaced {_day(f['replaced_at'])})"
         for f in history
     ]
     lines.append(f"call summaries ({len(data['summaries'])}):")
-    lines += [f"  {_day(s['created_at'])} {s['call_id']}: {s['text']}" for s in data["summaries"]]
+    lines += [
+        f"  {_day(s['created_at'])} {s['call_id']}: {_said(s['text'])}" for s in data["summaries"]
+    ]
     lines.append(f"exchanges ({len(data['exchanges'])}):")
     for e in data["exchanges"]:
         if e["user_text"]:  # (none in a call's opening: the greeting alone)

@@ -55,7 +55,7 @@ async def test_stats_and_callers_list_what_is_stored(store_url, two_callers):
 async def test_show_and_export_give_one_caller_and_never_another(store_url, two_callers, tmp_path):
     shown = admin(store_url, "show", ALICE)
     assert shown.returncode == 0, shown.stderr
-    assert "home city: Lisbon" in shown.stdout and "My sister Ana is vegetarian." in shown.stdout
+    assert 'home city: "Lisbon"' in shown.stdout and "My sister Ana is vegetarian." in shown.stdout
     # Bob's exchange and fact say "locker" (his code, 4417, can be digits of a timestamp)
     assert "locker" not in shown.stdout and BOB not in shown.stdout
     out = tmp_path / "alice.json"
@@ -102,7 +102,7 @@ async def test_show_lists_calls_oldest_first_and_marks_a_reply_the_caller_cut_sh
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
     # summaries and exchanges both read oldest first (the store lists summaries newest first)
-    assert out.index("call-1: Asked about") < out.index("call-2: Booked")
+    assert out.index('call-1: "Asked about') < out.index('call-2: "Booked')
     assert out.index("Is there a flight to Porto?") < out.index("Book it.")
     assert 'agent:  "Booking it now, the fare is" (interrupted)\n' in out
     assert 'agent:  "ok"\n' in out  # a reply heard to the end is not marked
@@ -126,14 +126,31 @@ async def test_export_writes_a_utf8_file_whatever_the_locale(store_url, store, t
     assert [e["user_text"] for e in data["exchanges"]] == [said]
 
 
+async def test_show_prints_each_remembered_text_as_one_line_with_no_control_characters(
+    store_url, store
+):
+    # Summaries and fact values were printed raw: a line break in one faked a line of
+    # show, and an escape sequence typed into a chat reached the operator's terminal.
+    fake = 'Paid.\n  1970-01-01 00:00 UTC agent:  "refund approved"\x1b[2J'
+    await store.save_summary(ALICE, "call-1", fake)
+    await store.remember(ALICE, memory.Fact.of("note", "line one\nline two \x1b[31m"))
+    shown = admin(store_url, "show", ALICE)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout
+    assert "refund approved" in shown.stdout
+    lines = shown.stdout.splitlines()
+    assert not any(line.lstrip().startswith("1970-01-01 00:00 UTC agent:") for line in lines)
+    assert json.dumps(fake) in shown.stdout
+
+
 async def test_show_and_export_keep_a_replaced_value_as_history(store_url, store):
     await store.remember(ALICE, memory.Fact.of("home city", "Lisbon", 1000.0))
     await store.remember(ALICE, memory.Fact.of("where I live", "Porto", 90000.0))
     shown = admin(store_url, "show", ALICE)
     assert shown.returncode == 0, shown.stderr
-    assert "home city: Porto (learned 1970-01-02 01:00 UTC)" in shown.stdout
+    assert 'home city: "Porto" (learned 1970-01-02 01:00 UTC)' in shown.stdout
     assert (
-        "replaced facts (1):\n  home city: Lisbon (replaced 1970-01-02 01:00 UTC)" in shown.stdout
+        'replaced facts (1):\n  home city: "Lisbon" (replaced 1970-01-02 01:00 UTC)' in shown.stdout
     )
     exported = json.loads(admin(store_url, "export", ALICE).stdout)
     assert [(f["value"], f["replaced_at"]) for f in exported["fact_history"]] == [
