@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
+import io
 import json
 import sys
 import time
@@ -136,7 +138,10 @@ async def run(args: argparse.Namespace, out: Any) -> None:
                 Path(args.out).write_text(text, encoding="utf-8")
                 print(f"exported {caller} to {args.out}", file=out)
             else:
-                print(json.dumps(data, indent=2, ensure_ascii=False), file=out)
+                # where the output's encoding cannot hold every character (a C locale
+                # without UTF-8 mode, cp1252), \u escapes keep the JSON whole and valid
+                plain = codecs.lookup(getattr(out, "encoding", None) or "utf-8").name
+                print(json.dumps(data, indent=2, ensure_ascii=plain != "utf-8"), file=out)
         elif args.command == "forget":
             assert caller is not None
             n = await store.forget(caller, timeout=60.0)
@@ -185,6 +190,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # show's words in a terminal that cannot print them come out escaped, instead
+        # of the command failing as "the memory store failed"
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         asyncio.run(run(args, sys.stdout))
     except UsageError as exc:

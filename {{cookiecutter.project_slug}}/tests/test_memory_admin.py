@@ -143,6 +143,21 @@ async def test_show_prints_each_remembered_text_as_one_line_with_no_control_char
     assert json.dumps(fake) in shown.stdout
 
 
+async def test_show_and_export_to_a_terminal_that_is_not_utf8_print_every_caller(store_url, store):
+    # In a C locale without UTF-8 mode, a caller's "José" failed both commands with
+    # "the memory store failed" (UnicodeEncodeError on standard output).
+    said = "Je m'appelle José, de 北京 🎉"
+    await store.save(make_exchange(1, ALICE, said, at=1000.0))
+    ascii_locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    exported = admin(store_url, "export", ALICE, **ascii_locale)
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.isascii()
+    assert [e["user_text"] for e in json.loads(exported.stdout)["exchanges"]] == [said]
+    shown = admin(store_url, "show", ALICE, **ascii_locale)
+    assert shown.returncode == 0, shown.stderr
+    assert "Je m'appelle Jos" in shown.stdout
+
+
 async def test_show_and_export_keep_a_replaced_value_as_history(store_url, store):
     await store.remember(ALICE, memory.Fact.of("home city", "Lisbon", 1000.0))
     await store.remember(ALICE, memory.Fact.of("where I live", "Porto", 90000.0))
