@@ -323,6 +323,9 @@ class SQLiteStore:
         # Set while a big file of an older schema is upgraded after ``open`` returned
         # (``_upgrade_in_background``): why reads and writes are refused meanwhile.
         self._upgrading: str | None = None
+        # The schema version this process migrated the file from (None: it found the
+        # file current, e.g. another process upgraded it while this one waited).
+        self._migrated_from: int | None = None
 
     @property
     def generation(self) -> int:
@@ -452,6 +455,8 @@ class SQLiteStore:
                 # another application's file: check before any migration touches it
                 self._not_memory(version, {"exchanges"})
             apply_migrations(conn, version, SCHEMA_VERSION)
+            if 0 < version < SCHEMA_VERSION:
+                self._migrated_from = version
             missing = TABLES - _tables(conn)
             if missing:
                 self._not_memory(version, missing)
@@ -512,6 +517,13 @@ class SQLiteStore:
                 logger.error("memory: %s", self._upgrading)
                 return
         self._upgrading = None
+        if self._migrated_from is None:  # another process did it while this one waited
+            logger.info(
+                "memory: %s was upgraded to schema version %d by another process; memory is back",
+                self.path,
+                SCHEMA_VERSION,
+            )
+            return
         logger.info(
             "memory: %s upgraded to schema version %d in %.1f s; memory is back",
             self.path,

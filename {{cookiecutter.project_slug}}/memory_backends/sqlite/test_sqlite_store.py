@@ -370,6 +370,43 @@ async def test_a_background_upgrade_that_waits_says_so_once_with_why(tmp_path, m
     assert str(path) in waits[0] and "locked" in waits[0], waits
 
 
+async def test_a_background_upgrade_done_by_another_process_is_not_claimed(
+    tmp_path, monkeypatch, caplog
+):
+    # Two worker processes opening one big old file: the one that waited logged
+    # "upgraded ... in 0.0 s" as well, so the log showed two upgrades of one file.
+    monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
+    monkeypatch.setattr(sqlite_store, "UPGRADE_RETRY_AFTER", 0.05)
+    monkeypatch.setattr(sqlite_store.SQLiteStore.__init__, "__kwdefaults__", {"busy_timeout": 0.05})
+    path = tmp_path / "v3.db"
+    conn = _file_at(path, 3)
+    for n in range(20):
+        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
+    conn.close()
+    other = sqlite3.connect(path, isolation_level=None)  # the other process
+    other.execute("BEGIN IMMEDIATE")
+    with caplog.at_level(logging.INFO, logger="memory"):
+        store = sqlite_store.SQLiteStore.open(path)
+        try:
+            await asyncio.sleep(0.2)
+            sqlite_store.apply_migrations(other, 3, sqlite_store.SCHEMA_VERSION)
+            other.execute(f"PRAGMA user_version = {sqlite_store.SCHEMA_VERSION}")
+            other.execute("COMMIT")
+            other.close()
+            for _ in range(600):
+                if not store.upgrading:
+                    break
+                await asyncio.sleep(0.1)
+            assert not store.upgrading
+            found = (await store.recall(ALICE, "Porto", limit=50)).exchanges
+            assert len(found) == 20
+        finally:
+            await store.close()
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("upgraded to schema version" in m and "by another process" in m for m in logged)
+    assert not any(" upgraded to schema version" in m and " in " in m for m in logged), logged
+
+
 async def test_a_file_of_schema_4_indexes_each_turn_with_the_exchange_before_it(tmp_path):
     path = tmp_path / "v4.db"
     conn = _file_at(path, 4)
