@@ -304,6 +304,56 @@ def on_date(call: Any, at: float) -> None:
     call.clock = lambda: time.time() + shift
 
 
+def sqlite_bench(prefix: str, held_out: set[str]) -> Bench:
+    """A ``Bench`` over a fresh render of the sqlite project in a temporary folder
+    named by ``prefix``, dates in UTC (the sessions' own), for the experiment scripts
+    (semantic_recall.py, ranking_experiments.py)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ["MEMORY_TIMEZONE"] = "UTC"
+    project = render_project(tmp / "render", "sqlite")
+    (tmp / "db").mkdir()
+    return Bench(project, tmp / "db", None, None, held_out)
+
+
+Scores = dict[tuple[str, str, int], list[float]]
+"""Evidence-in-block scores, one per question, by (ranking, "tuning" or "held out",
+category)."""
+
+
+def ranking_table(scores: Scores, names: list[str]) -> dict[str, dict[str, float]]:
+    """Per ranking: the mean over tuning and held-out questions of categories 1-4,
+    over all of them, and over each category (NaN where there are none)."""
+
+    def mean(name: str, groups: set[str], categories: set[int]) -> float:
+        values = [
+            v
+            for (n, g, cat), vs in scores.items()
+            if n == name and g in groups and cat in categories
+            for v in vs
+        ]
+        return statistics.fmean(values) if values else float("nan")
+
+    both = {"tuning", "held out"}
+    return {
+        name: {
+            "tuning 1-4": mean(name, {"tuning"}, {1, 2, 3, 4}),
+            "held out 1-4": mean(name, {"held out"}, {1, 2, 3, 4}),
+            "all 1-4": mean(name, both, {1, 2, 3, 4}),
+            **{f"category {k}": mean(name, both, {k}) for k in (1, 2, 3, 4, 5)},
+        }
+        for name in names
+    }
+
+
+def print_ranking_table(table: dict[str, dict[str, float]]) -> None:
+    """``ranking_table`` as a Markdown table, three decimals."""
+    columns = list(next(iter(table.values())))
+    print("| ranking | " + " | ".join(columns) + " |")
+    print("| --- |" + " --- |" * len(columns))
+    for name, row in table.items():
+        print(f"| {name} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
+
+
 def collect_call_garbage() -> None:
     """Free one call's reference cycles (~640 objects from the AgentSession machinery),
     outside every measured region. A LiveKit worker runs each job in its own process;

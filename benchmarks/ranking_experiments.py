@@ -39,11 +39,8 @@ import asyncio
 import json
 import logging
 import math
-import os
 import sqlite3
-import statistics
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -221,15 +218,11 @@ def ranked(
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     records = json.loads(args.data.read_text())
     held_out = set(args.held_out.split(","))
-    tmp = Path(tempfile.mkdtemp(prefix="ranking-experiments-"))
-    os.environ["MEMORY_TIMEZONE"] = "UTC"
-    project = L.render_project(tmp / "render", "sqlite")
-    (tmp / "db").mkdir()
-    bench = L.Bench(project, tmp / "db", None, None, held_out)
+    bench = L.sqlite_bench("ranking-experiments-", held_out)
     memory = bench.memory
     import sqlite_store as S  # the generated project's, on sys.path since Bench
 
-    scores: dict[tuple[str, str, int], list[float]] = {}
+    scores: L.Scores = {}
     for record in records[: args.conversations or None]:
         c = L.load_conversation(record)
         caller_id = memory.validate_caller_id(c.sample_id)
@@ -258,26 +251,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ranker.close()
         await store.close()
         L.collect_call_garbage()
-
-    def mean(name: str, groups: set[str], categories: set[int]) -> float:
-        values = [
-            v
-            for (n, g, cat), vs in scores.items()
-            if n == name and g in groups and cat in categories
-            for v in vs
-        ]
-        return statistics.fmean(values) if values else float("nan")
-
-    both = {"tuning", "held out"}
-    return {
-        name: {
-            "tuning 1-4": mean(name, {"tuning"}, {1, 2, 3, 4}),
-            "held out 1-4": mean(name, {"held out"}, {1, 2, 3, 4}),
-            "all 1-4": mean(name, both, {1, 2, 3, 4}),
-            **{f"category {k}": mean(name, both, {k}) for k in (1, 2, 3, 4, 5)},
-        }
-        for name, _, _ in VARIANTS
-    }
+    return L.ranking_table(scores, [name for name, _, _ in VARIANTS])
 
 
 def main() -> None:
@@ -287,12 +261,7 @@ def main() -> None:
     parser.add_argument("--held-out", default="conv-26,conv-48", help="kept out of tuning")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    table = asyncio.run(run(args))
-    columns = list(next(iter(table.values())))
-    print("| ranking | " + " | ".join(columns) + " |")
-    print("| --- |" + " --- |" * len(columns))
-    for name, row in table.items():
-        print(f"| {name} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
+    L.print_ranking_table(asyncio.run(run(args)))
 
 
 if __name__ == "__main__":

@@ -44,9 +44,7 @@ import asyncio
 import json
 import logging
 import os
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -123,13 +121,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     load_s = time.perf_counter() - started
     records = json.loads(args.data.read_text())
     held_out = set(args.held_out.split(","))
-    tmp = Path(tempfile.mkdtemp(prefix="semantic-recall-"))
-    os.environ["MEMORY_TIMEZONE"] = "UTC"
-    project = L.render_project(tmp / "render", "sqlite")
-    (tmp / "db").mkdir()
-    bench = L.Bench(project, tmp / "db", None, None, held_out)
+    bench = L.sqlite_bench("semantic-recall-", held_out)
     memory = bench.memory
-    scores: dict[tuple[str, str, int], list[float]] = {}
+    scores: L.Scores = {}
     all_texts: list[str] = []
     per_reply: list[float] = []
     for record in records[: args.conversations or None]:
@@ -166,30 +160,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         model.embed(all_texts[:600])
         call_start.append(time.perf_counter() - started)
-
-    def mean(name: str, groups: set[str], categories: set[int]) -> float:
-        values = [
-            v
-            for (n, g, cat), vs in scores.items()
-            if n == name and g in groups and cat in categories
-            for v in vs
-        ]
-        return statistics.fmean(values) if values else float("nan")
-
-    both = {"tuning", "held out"}
-    table = {
-        name: {
-            "tuning 1-4": mean(name, {"tuning"}, {1, 2, 3, 4}),
-            "held out 1-4": mean(name, {"held out"}, {1, 2, 3, 4}),
-            "all 1-4": mean(name, both, {1, 2, 3, 4}),
-            **{f"category {k}": mean(name, both, {k}) for k in (1, 2, 3, 4, 5)},
-        }
-        for name in VARIANTS
-    }
     return {
         "model": args.model,
         "load_s": load_s,
-        "evidence_in_block": table,
+        "evidence_in_block": L.ranking_table(scores, list(VARIANTS)),
         "embed_600_exchanges_s": call_start,
         "per_reply_ms": {
             "p50": 1e3 * L.pct(per_reply, 50),
@@ -209,11 +183,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     result = asyncio.run(run(args))
-    columns = list(next(iter(result["evidence_in_block"].values())))
-    print("| ranking | " + " | ".join(columns) + " |")
-    print("| --- |" + " --- |" * len(columns))
-    for name, row in result["evidence_in_block"].items():
-        print(f"| {name} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
+    L.print_ranking_table(result["evidence_in_block"])
     r = result["per_reply_ms"]
     print(
         f"\n{result['model']}: import and load {result['load_s']:.2f} s; per reply (embed "

@@ -291,6 +291,33 @@ def _insert_old_exchange(
     )
 
 
+def _big_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # A file of schema 3 with 20 exchanges ("Trip n to Porto."), which open() upgrades
+    # in the background (the limit of an upgrade inside open cut to 5 exchanges).
+    monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
+    path = tmp_path / "v3.db"
+    conn = _file_at(path, 3)
+    for n in range(20):
+        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
+    conn.close()
+    return path
+
+
+def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each try of a background upgrade gives up after the store's busy timeout (2 s)
+    # and the next comes 0.5 s later; cut both so a test sees several tries quickly.
+    monkeypatch.setattr(sqlite_store, "UPGRADE_RETRY_AFTER", 0.05)
+    monkeypatch.setattr(sqlite_store.SQLiteStore.__init__, "__kwdefaults__", {"busy_timeout": 0.05})
+
+
+async def _until_upgraded(store: sqlite_store.SQLiteStore) -> None:
+    for _ in range(600):  # the upgrade's thread takes the lock when it is free
+        if not store.upgrading:
+            break
+        await asyncio.sleep(0.1)
+    assert not store.upgrading
+
+
 async def test_a_big_file_of_an_older_schema_is_upgraded_after_open_returns(
     tmp_path, monkeypatch, caplog
 ):
@@ -298,12 +325,7 @@ async def test_a_big_file_of_an_older_schema_is_upgraded_after_open_returns(
     # turn index takes ~15 s to build for 100,000 exchanges: inside open, the upgrade
     # of a big file was rolled back in every new process, forever. Here another
     # process holds the write lock as well, so open() could not even start it.
-    monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
-    path = tmp_path / "v3.db"
-    conn = _file_at(path, 3)
-    for n in range(20):
-        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
-    conn.close()
+    path = _big_old_file(tmp_path, monkeypatch)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     with caplog.at_level(logging.INFO, logger="memory"):
@@ -316,11 +338,7 @@ async def test_a_big_file_of_an_older_schema_is_upgraded_after_open_returns(
                 await store.save(make_exchange(99, text="Porto again"))
             holder.execute("ROLLBACK")
             holder.close()
-            for _ in range(600):  # the upgrade's thread takes the lock when it is free
-                if not store.upgrading:
-                    break
-                await asyncio.sleep(0.1)
-            assert not store.upgrading
+            await _until_upgraded(store)
             found = (await store.recall(ALICE, "Porto", limit=50)).exchanges
             said = sorted(f"Trip {n} to Porto." for n in range(20))
             assert sorted(e.user_text for e in found) == said
@@ -340,14 +358,8 @@ async def test_a_background_upgrade_that_waits_says_so_once_with_why(tmp_path, m
     # with nothing in the log but "upgrading". Here another process holds the write
     # lock for several tries (each gives up after the store's busy timeout, cut to
     # 0.05 s so the test is quick).
-    monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
-    monkeypatch.setattr(sqlite_store, "UPGRADE_RETRY_AFTER", 0.05)
-    monkeypatch.setattr(sqlite_store.SQLiteStore.__init__, "__kwdefaults__", {"busy_timeout": 0.05})
-    path = tmp_path / "v3.db"
-    conn = _file_at(path, 3)
-    for n in range(20):
-        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
-    conn.close()
+    _quick_retries(monkeypatch)
+    path = _big_old_file(tmp_path, monkeypatch)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     with caplog.at_level(logging.INFO, logger="memory"):
@@ -357,11 +369,7 @@ async def test_a_background_upgrade_that_waits_says_so_once_with_why(tmp_path, m
             assert store.upgrading
             holder.execute("ROLLBACK")
             holder.close()
-            for _ in range(600):
-                if not store.upgrading:
-                    break
-                await asyncio.sleep(0.1)
-            assert not store.upgrading
+            await _until_upgraded(store)
         finally:
             await store.close()
     logged = [r.getMessage() for r in caplog.records]
@@ -375,14 +383,8 @@ async def test_a_background_upgrade_done_by_another_process_is_not_claimed(
 ):
     # Two worker processes opening one big old file: the one that waited logged
     # "upgraded ... in 0.0 s" as well, so the log showed two upgrades of one file.
-    monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
-    monkeypatch.setattr(sqlite_store, "UPGRADE_RETRY_AFTER", 0.05)
-    monkeypatch.setattr(sqlite_store.SQLiteStore.__init__, "__kwdefaults__", {"busy_timeout": 0.05})
-    path = tmp_path / "v3.db"
-    conn = _file_at(path, 3)
-    for n in range(20):
-        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
-    conn.close()
+    _quick_retries(monkeypatch)
+    path = _big_old_file(tmp_path, monkeypatch)
     other = sqlite3.connect(path, isolation_level=None)  # the other process
     other.execute("BEGIN IMMEDIATE")
     with caplog.at_level(logging.INFO, logger="memory"):
@@ -393,11 +395,7 @@ async def test_a_background_upgrade_done_by_another_process_is_not_claimed(
             other.execute(f"PRAGMA user_version = {sqlite_store.SCHEMA_VERSION}")
             other.execute("COMMIT")
             other.close()
-            for _ in range(600):
-                if not store.upgrading:
-                    break
-                await asyncio.sleep(0.1)
-            assert not store.upgrading
+            await _until_upgraded(store)
             found = (await store.recall(ALICE, "Porto", limit=50)).exchanges
             assert len(found) == 20
         finally:
