@@ -1181,25 +1181,22 @@ def quoted(text: str, limit: int) -> str:
     return json.dumps(_clip(text, limit), ensure_ascii=False)
 
 
-def _clip(text: str, limit: int) -> str:
+def _clip(text: str, limit: int, *, at_word: bool = False) -> str:
     # Cut before collapsing whitespace, so a huge stored turn costs no more than a
     # short one (this runs on the event loop, inside the reply's wait).
-    text = " ".join(text[: limit * 4].split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _clip_at_word(text: str, limit: int) -> str:
-    # _clip for prose a person reads back (a call summary): cut after the last whole
-    # word that fits ("for her…", not "for her visi…"), unless that would drop more
-    # than half of what fits (one very long word is cut like _clip does).
     text = " ".join(text[: limit * 4].split())
     if len(text) <= limit:
         return text
     head = text[: limit - 1]
-    if text[limit - 1] != " ":
+    if at_word:
+        # prose a person reads back (a call summary): cut after the last whole word
+        # that fits ("for her…", not "for her visi…"), unless that would drop more
+        # than half of what fits (one very long word is cut anyway)
         cut = head.rfind(" ")
-        head = head[:cut] if cut > limit // 2 else head
-    return head.rstrip(" ,;:-") + "…"
+        if text[limit - 1] != " " and cut > limit // 2:
+            head = head[:cut]
+        head = head.rstrip(" ,;:-")
+    return head + "…"
 
 
 # -- Dates ---------------------------------------------------------------------------
@@ -2257,8 +2254,8 @@ class CallMemory:
         said = [t.user_text for t in self.pairing.turns[:3]]
         if not said:
             return None
-        text = _clip_at_word(said[0], 80)
-        for part in (_clip_at_word(t, 80) for t in said[1:]):
+        text = _clip(said[0], 80, at_word=True)
+        for part in (_clip(t, 80, at_word=True) for t in said[1:]):
             # a turn that ends a sentence needs no "; " after it ("job. My sister")
             text += (" " if text.endswith((".", "!", "?", "…")) else "; ") + part
         return "The caller talked about: " + text
