@@ -291,16 +291,21 @@ def _insert_old_exchange(
     )
 
 
-def _big_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _big_old_file_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, sqlite3.Connection]:
     # A file of schema 3 with 20 exchanges ("Trip n to Porto."), which open() upgrades
-    # in the background (the limit of an upgrade inside open cut to 5 exchanges).
+    # in the background (the limit of an upgrade inside open cut to 5 exchanges), and
+    # another process's connection holding its write lock (BEGIN IMMEDIATE).
     monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
     path = tmp_path / "v3.db"
     conn = _file_at(path, 3)
     for n in range(20):
         _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
     conn.close()
-    return path
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return path, holder
 
 
 def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -325,9 +330,7 @@ async def test_a_big_file_of_an_older_schema_is_upgraded_after_open_returns(
     # turn index takes ~15 s to build for 100,000 exchanges: inside open, the upgrade
     # of a big file was rolled back in every new process, forever. Here another
     # process holds the write lock as well, so open() could not even start it.
-    path = _big_old_file(tmp_path, monkeypatch)
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    path, holder = _big_old_file_locked(tmp_path, monkeypatch)
     with caplog.at_level(logging.INFO, logger="memory"):
         store = sqlite_store.SQLiteStore.open(path)
         try:
@@ -359,9 +362,7 @@ async def test_a_background_upgrade_that_waits_says_so_once_with_why(tmp_path, m
     # lock for several tries (each gives up after the store's busy timeout, cut to
     # 0.05 s so the test is quick).
     _quick_retries(monkeypatch)
-    path = _big_old_file(tmp_path, monkeypatch)
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    path, holder = _big_old_file_locked(tmp_path, monkeypatch)
     with caplog.at_level(logging.INFO, logger="memory"):
         store = sqlite_store.SQLiteStore.open(path)
         try:
@@ -384,9 +385,7 @@ async def test_a_background_upgrade_done_by_another_process_is_not_claimed(
     # Two worker processes opening one big old file: the one that waited logged
     # "upgraded ... in 0.0 s" as well, so the log showed two upgrades of one file.
     _quick_retries(monkeypatch)
-    path = _big_old_file(tmp_path, monkeypatch)
-    other = sqlite3.connect(path, isolation_level=None)  # the other process
-    other.execute("BEGIN IMMEDIATE")
+    path, other = _big_old_file_locked(tmp_path, monkeypatch)  # other: the other process
     with caplog.at_level(logging.INFO, logger="memory"):
         store = sqlite_store.SQLiteStore.open(path)
         try:
