@@ -84,6 +84,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -320,6 +321,21 @@ Scores = dict[tuple[str, str, int], list[float]]
 category)."""
 
 
+def scored_questions(c: Conversation) -> Iterator[tuple[dict[str, Any], list[str]]]:
+    """The conversation's questions that have usable evidence, each with its evidence
+    turn ids (``evidence_ids``)."""
+    for qa in c.qa:
+        evidence = evidence_ids(qa.get("evidence", []), c.fed)
+        if evidence:
+            yield qa, evidence
+
+
+def evidence_share(c: Conversation, evidence: list[str], block: str) -> float:
+    """LoCoMo's recall for one question: the share of its evidence turns found in
+    ``block`` (``found_in_block``)."""
+    return sum(found_in_block(c, d, block) for d in evidence) / len(evidence)
+
+
 def ranking_table(scores: Scores, names: list[str]) -> dict[str, dict[str, float]]:
     """Per ranking: the mean over tuning and held-out questions of categories 1-4,
     over all of them, and over each category (NaN where there are none)."""
@@ -407,6 +423,23 @@ class Bench:
         if self.memory_url:
             return self.memory_url
         return f"sqlite:///{self.db_dir / f'{sample_id}.db'}"  # an absolute path: 4 slashes
+
+    async def replayed(
+        self, records: list[dict[str, Any]]
+    ) -> AsyncIterator[tuple[dict[str, Any], Conversation, str, Any]]:
+        """Each conversation replayed into its store, as (record, conversation, caller
+        id, open store); the store is closed and the calls' garbage collected after
+        the caller is done with it (the experiment scripts' loop)."""
+        for record in records:
+            c = load_conversation(record)
+            caller_id = self.memory.validate_caller_id(c.sample_id)
+            store = self.memory.open_store(self.store_url(c.sample_id))
+            try:
+                await self.replay(c, store, caller_id)
+                yield record, c, caller_id, store
+            finally:
+                await store.close()
+            collect_call_garbage()
 
     @staticmethod
     def timed(call: Any) -> list[tuple[str, float]]:

@@ -8,8 +8,9 @@ several ways and renders each ranking with the real ``memory.format_block`` (the
 question as ``query``), scored with ``locomo_recall.found_in_block``:
 
 - **store**: ``store.recall(limit=24)``, as ``block_for`` calls it;
-- **same ranking, rebuilt here**: ``search`` below with nothing changed; it must
-  score exactly as the store does, or the rows after it measure a different ranking;
+- **the store's search, queried here**: ``Ranker.search`` with nothing changed (the
+  question's words joined by OR, the store's ORDER BY); it must score exactly as the
+  store's recall, or the rows after it measure a different ranking;
 - **cap**: the store's 24 (or 48) exchanges in a block of another size, to see how
   much the 3,000-character cap costs;
 - **one side per line**: each exchange shown by the one side that shares more of
@@ -53,8 +54,8 @@ RARE = 0.05  # feedback words: in at most this share of the caller's turns
 
 
 class Ranker:
-    """The store's turn ranking (``sqlite_store._search``), rebuilt over one
-    conversation's file so its query words and ORDER BY can be changed."""
+    """The store's own turn search (``sqlite_store._search``) over one conversation's
+    file, with the query words and the ORDER BY (``order``) the variant chooses."""
 
     def __init__(self, S: Any, memory: Any, path: Path, caller_id: str, names: tuple[str, str]):
         self.S, self.memory, self.caller_id, self.names = S, memory, caller_id, names
@@ -75,39 +76,13 @@ class Ranker:
     ) -> tuple[tuple[Any, ...], tuple[str, ...]]:
         S = self.S
         match = " OR ".join(S._terms(terms, self.caller_id))
-        order = f"bm25(turns_fts, {S.TURN_WEIGHT}, {S.CONTEXT_WEIGHT}, {S.DAY_WEIGHT})"
+        order = S.TURN_RANK
         if boost_side is not None:  # bm25 is negative: a larger factor ranks higher
             order += f" * CASE WHEN (rowid & 1) = {boost_side} THEN {boost} ELSE 1.0 END"
-        turns = [
-            r[0]
-            for r in self.conn.execute(
-                f"SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? ORDER BY {order} LIMIT ?",
-                (match, limit * 3),
-            )
-        ]
-        ids = list(dict.fromkeys(t >> 1 for t in turns))
-        rows = {
-            r["rid"]: r
-            for r in self.conn.execute(
-                S.ROWS_FOUND.format(",".join("?" * len(ids))), (*ids, self.caller_id, None)
-            )
-        }
-        best: dict[tuple[str, str], int] = {}
-        for t in turns:
-            if t >> 1 in rows:
-                row = rows[t >> 1]
-                best.setdefault((row["user_text"], row["assistant_text"]), t >> 1)
-        kept = set(best.values())
-        sides: dict[int, set[str]] = {}
-        for n, t in enumerate(t for t in turns if t >> 1 in kept):
-            if t >> 1 not in sides and len(sides) < limit:
-                sides[t >> 1] = {S.SIDES[t & 1]}
-            elif t >> 1 in sides and n < limit:
-                sides[t >> 1].add(S.SIDES[t & 1])
-        return (
-            tuple(S._row_to_exchange(rows[i]) for i in sides),
-            tuple(next(iter(s)) if len(s) == 1 else "both" for s in sides.values()),
+        found: tuple[tuple[Any, ...], tuple[str, ...]] = S._search(
+            self.conn, self.caller_id, match, 0, None, limit, order
         )
+        return found
 
     def recall(self, base: Any, found: tuple[tuple[Any, ...], tuple[str, ...]]) -> Any:
         return self.memory.Recall(base.facts, base.summaries, *found)
@@ -178,7 +153,7 @@ def speaker(ranker: Ranker, r: Any, question: str, boost: float, remove: bool) -
 # (name, what is changed, its setting), in the order of the printed table
 VARIANTS: list[tuple[str, str, tuple[float, ...]]] = [
     ("store's recall (today)", "store", ()),
-    ("same ranking, rebuilt here (must equal the row above)", "rebuilt", ()),
+    ("the store's search, queried here (must equal the row above)", "queried", ()),
     ("no cap: the store's 24", "cap", (24, 1_000_000)),
     ("no cap: the store's 48", "cap", (48, 1_000_000)),
     ("cap 3600", "cap", (24, 3_600)),
@@ -199,7 +174,7 @@ def ranked(
 ) -> tuple[Any, int]:
     """The recall one variant gives for question ``text``, and the block cap (characters)."""
     memory, r, cap = ranker.memory, q["r24"], ranker.memory.MAX_BLOCK_CHARS
-    if way == "rebuilt":
+    if way == "queried":
         r = ranker.recall(r, ranker.search(memory.query_words(text)))
     elif way == "cap":
         r, cap = q[f"r{int(setting[0])}"], int(setting[1])
@@ -223,21 +198,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     import sqlite_store as S  # the generated project's, on sys.path since Bench
 
     scores: L.Scores = {}
-    for record in records[: args.conversations or None]:
-        c = L.load_conversation(record)
-        caller_id = memory.validate_caller_id(c.sample_id)
-        url = bench.store_url(c.sample_id)
-        store = memory.open_store(url)
-        await bench.replay(c, store, caller_id)
+    async for record, c, caller_id, store in bench.replayed(records[: args.conversations or None]):
         talk = record["conversation"]
         names = (talk["speaker_a"].lower(), talk["speaker_b"].lower())
-        ranker = Ranker(S, memory, S.path_of(url), caller_id, names)
+        path = S.path_of(bench.store_url(c.sample_id))
+        ranker = Ranker(S, memory, path, caller_id, names)
         now = c.sessions[-1].at + 86400.0  # questions a day after the last session
         group = "held out" if c.sample_id in held_out else "tuning"
-        for qa in c.qa:
-            evidence = L.evidence_ids(qa.get("evidence", []), c.fed)
-            if not evidence:
-                continue
+        for qa, evidence in L.scored_questions(c):
             text = str(qa["question"])
             q = {
                 "r24": await store.recall(caller_id, text, limit=LIMIT),
@@ -246,11 +214,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for name, way, setting in VARIANTS:
                 recall, cap = ranked(way, setting, ranker, q, text)
                 block = memory.format_block(recall, now=now, query=text, max_chars=cap)
-                found = sum(L.found_in_block(c, d, block) for d in evidence) / len(evidence)
+                found = L.evidence_share(c, evidence, block)
                 scores.setdefault((name, group, int(qa["category"])), []).append(found)
         ranker.close()
-        await store.close()
-        L.collect_call_garbage()
     return L.ranking_table(scores, [name for name, _, _ in VARIANTS])
 
 

@@ -126,21 +126,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     scores: L.Scores = {}
     all_texts: list[str] = []
     per_reply: list[float] = []
-    for record in records[: args.conversations or None]:
-        c = L.load_conversation(record)
-        caller_id = memory.validate_caller_id(c.sample_id)
-        store = memory.open_store(bench.store_url(c.sample_id))
-        await bench.replay(c, store, caller_id)
+    async for _, c, caller_id, store in bench.replayed(records[: args.conversations or None]):
         exchanges = await store.exchanges(caller_id)
         texts = [f"{e.user_text}\n{e.assistant_text}" for e in exchanges]
         all_texts += texts
         vectors = model.embed(texts)
         now = c.sessions[-1].at + 86400.0  # questions a day after the last session
         group = "held out" if c.sample_id in held_out else "tuning"
-        for qa in c.qa:
-            evidence = L.evidence_ids(qa.get("evidence", []), c.fed)
-            if not evidence:
-                continue
+        for qa, evidence in L.scored_questions(c):
             question = str(qa["question"])
             lexical = await store.recall(caller_id, question, limit=memory.RECALL_EXCHANGES)
             started = time.perf_counter()
@@ -151,10 +144,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if setting is not None:
                     recall = fused(memory, lexical, exchanges, sims, *setting)
                 block = memory.format_block(recall, now=now, query=question)
-                found = sum(L.found_in_block(c, d, block) for d in evidence) / len(evidence)
+                found = L.evidence_share(c, evidence, block)
                 scores.setdefault((name, group, int(qa["category"])), []).append(found)
-        await store.close()
-        L.collect_call_garbage()
     call_start = []
     for _ in range(3):
         started = time.perf_counter()

@@ -728,6 +728,8 @@ CONTEXT_WEIGHT = 0.5
 DAY_WEIGHT = 1.0
 """BM25 weights of a turn's own words, of the turns next to it and of its day's
 words (``turns_fts``; see _index_turns)."""
+TURN_RANK = f"bm25(turns_fts, {TURN_WEIGHT}, {CONTEXT_WEIGHT}, {DAY_WEIGHT})"
+"""How recall orders the turns it matched (FTS5's bm25: lower is better)."""
 SIDES = ("caller", "reply")
 
 
@@ -751,11 +753,13 @@ def _search(
     floor: int,
     exclude_call_id: str | None,
     limit: int,
+    order: str = TURN_RANK,
 ) -> tuple[tuple[Exchange, ...], tuple[str, ...]]:
-    # Rank turns in the index alone (rowid = exchange rowid * 2 + side; rows from
-    # ``floor`` on, see search_terms), then read only the best exchanges' rows (not
-    # every matched row) and drop the current call's; ask for more if that left
-    # fewer than ``limit`` exchanges. Each exchange keeps the sides that ranked
+    # Rank turns in the index alone, by ``order`` (TURN_RANK; the kit's
+    # benchmarks/ranking_experiments.py tries others; rowid = exchange rowid * 2 +
+    # side; rows from ``floor`` on, see search_terms), then read only the best
+    # exchanges' rows (not every matched row) and drop the current call's; ask for
+    # more if that left fewer than ``limit`` exchanges. Each exchange keeps the sides that ranked
     # before the limit was reached. An exchange of the same words as a better-ranked
     # one is left out (a fixed greeting saved as every call's opening would otherwise
     # take every place).
@@ -764,8 +768,8 @@ def _search(
         turns = [
             r[0]
             for r in conn.execute(
-                f"""SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? AND rowid >= ? ORDER BY
-                    bm25(turns_fts, {TURN_WEIGHT}, {CONTEXT_WEIGHT}, {DAY_WEIGHT}) LIMIT ?""",
+                f"""SELECT rowid FROM turns_fts WHERE turns_fts MATCH ? AND rowid >= ?
+                    ORDER BY {order} LIMIT ?""",
                 (match, floor, want),
             )
         ]
@@ -1007,9 +1011,9 @@ raise ``StoreUnavailable`` until it is done (calls go on without memory; their
 exchanges wait in ``memory.ExchangeWriter``), and a process killed meanwhile leaves
 the file as it was (one transaction) for the next one to upgrade."""
 UPGRADE_SECONDS_PER_ROW = 0.0001
-"""What upgrading from schema 3 (the turn index of versions 4 and 6) took per exchange
-on the 2-core machine of benchmarks/README.md: about 10 s for 100,000. For the log
-line."""
+"""What upgrading from schema 3 (the turn index of versions 4 and 6) takes per exchange
+on a 2-core machine, for the log line's estimate: 8.2 to 17.0 s for 100,000 in the
+runs of benchmarks/README.md (``upgrade.py``), depending on the machine's load."""
 UPGRADE_RETRY_AFTER = 0.5
 """Seconds between tries of a background upgrade while another process holds the
 file's write lock (upgrading it itself, or writing)."""
