@@ -1,7 +1,7 @@
 """Cost benchmark: does one caller's recall (sqlite) cost what that caller has stored,
 and not what the whole file holds?
 
-Imports the template's own memory.py and sqlite_store.py (copied unrendered into
+Imports the template's own memory/ folder (its sqlite_store among it; copied unrendered into
 generated projects). Generated SQLite files of 10k, 100k and 1M exchanges (cached in
 /tmp, see --cache; never committed). Every file holds:
 
@@ -52,10 +52,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
-sys.path[:0] = [str(TEMPLATE), str(TEMPLATE / "memory_backends/sqlite"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(TEMPLATE), str(ROOT / "benchmarks")]
 
 import memory  # noqa: E402
-import sqlite_store  # noqa: E402
+from memory import sqlite_store  # noqa: E402
 from scale import FUNCTION_WORDS, Text, caller_of, percentile  # noqa: E402
 
 CALLER_A = "caller-a@example.com"  # 100 exchanges
@@ -166,7 +166,7 @@ def question(user_text: str, rng: random.Random) -> str:
 
 
 def bare_query(conn: sqlite3.Connection, caller: str, q: str) -> list[int]:
-    words = memory.query_words(q)
+    words = memory.words.query_words(q)
     if not words:
         return []
     match = " OR ".join(f'"{w}"' for w in words)

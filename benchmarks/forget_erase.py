@@ -1,7 +1,7 @@
 """Forget-erase benchmark (sqlite): what erasing a forgotten caller's bytes costs as
 the store grows.
 
-Imports the template's own memory.py and sqlite_store.py. At each size, a temporary
+Imports the template's own memory/ folder. At each size, a temporary
 SQLite file is filled with generated exchanges of 10k callers (benchmarks/scale.py's
 text and bulk load), one caller gets 12 exchanges, a fact and a summary, and then:
 - forget: ``store.forget(caller)`` until it answers (the rows are gone from every

@@ -56,7 +56,7 @@ Replay rules (each is a choice; see README):
   (see collect_call_garbage).
 
 Evidence-in-block rule (per evidence turn; texts compared as the block shows them,
-inside memory.quoted's JSON string, so quotes and backslashes escaped): let T be the
+inside memory.text.quoted's JSON string, so quotes and backslashes escaped): let T be the
 whitespace-normalised text fed for the turn and S the normalised text of the
 exchange side that holds it (the caller's run or the reply run, turns joined by one
 space), T starting at offset o in S. The turn is found if T occurs in the block, or,
@@ -100,7 +100,7 @@ CATEGORIES = {
     5: "adversarial",
 }
 EVIDENCE_RE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
-CALLER_CLIP = 300  # memory.format_block clips each side to memory.TURN_CHARS
+CALLER_CLIP = 300  # memory.format_block clips each side to memory.block.TURN_CHARS
 REPLY_CLIP = 300
 RECALL_KS = (5, 10)
 RECENCY_EXCHANGES = 64  # more than fit any sane cap; format_block cuts at the cap
@@ -281,7 +281,7 @@ def found_in_block(c: Conversation, dia_id: str, block: str) -> bool:
 
 
 def as_shown(text: str) -> str:
-    """Text as the block shows it inside memory.quoted's JSON string: quotes and
+    """Text as the block shows it inside memory.text.quoted's JSON string: quotes and
     backslashes escaped (the clip is taken before escaping)."""
     return json.dumps(text, ensure_ascii=False)[1:-1]
 
@@ -414,8 +414,8 @@ class Bench:
         self.max_block_chars = (
             max_block_chars if max_block_chars is not None else memory.MAX_BLOCK_CHARS
         )
-        if self.max_block_chars < memory.MIN_BLOCK_CHARS:
-            raise SystemExit(f"--max-block-chars must be at least {memory.MIN_BLOCK_CHARS}")
+        if self.max_block_chars < memory.limits.MIN_BLOCK_CHARS:
+            raise SystemExit(f"--max-block-chars must be at least {memory.limits.MIN_BLOCK_CHARS}")
 
     def store_url(self, sample_id: str) -> str:
         """One SQLite file per conversation (the default backend), as a MEMORY_URL;
@@ -479,7 +479,7 @@ class Bench:
                 assistant = await self.agent.build_agent(
                     session, store, caller_id, call_id, model=model
                 )
-                call = assistant.call
+                call = assistant.memory
                 on_date(call, s.at)
 
                 @session.on("conversation_item_added")
@@ -538,8 +538,8 @@ class Bench:
 
     def shown_turns(self, e: Any, side: str) -> set[str]:
         """The turns of exchange ``e`` on the side(s) its block line shows
-        (``memory.shown_sides``)."""
-        caller, reply = self.memory.shown_sides(e, side)
+        (``memory.block.shown_sides``)."""
+        caller, reply = self.memory.block.shown_sides(e, side)
         return {d for d in self.exchange_turns(e) if (caller if d in self.caller_turns else reply)}
 
     def exchange_turns(self, e: Any) -> set[str]:
@@ -565,7 +565,7 @@ class Bench:
             assistant = await self.agent.build_agent(
                 session, store, caller_id, call_id, model=model
             )
-            call = assistant.call
+            call = assistant.memory
             call.capturing = False  # the question is not saved: the store stays as replayed
             call.max_block_chars = self.max_block_chars
             on_date(call, at)
@@ -936,7 +936,8 @@ def main() -> None:
         "--memory-url",
         help="run on this store, shared by every conversation, with the template rendered"
         " for the backend its scheme names (default: one SQLite file per conversation)."
-        " It must be empty: e.g. a fresh PostgreSQL schema after postgres_store.py upgrade",
+        " It must be empty: e.g. a fresh PostgreSQL schema after"
+        " `uv run -m memory.postgres_store upgrade`",
     )
     parser.add_argument(
         "--held-out",

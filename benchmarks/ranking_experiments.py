@@ -14,7 +14,7 @@ question as ``query``), scored with ``locomo_recall.found_in_block``:
 - **cap**: the store's 24 (or 48) exchanges in a block of another size, to see how
   much the 3,000-character cap costs;
 - **one side per line**: each exchange shown by the one side that shares more of
-  the question's words (``memory.relevance``), both only when both share some;
+  the question's words (``memory.words.relevance``), both only when both share some;
 - **per-call diversity**: an exchange's rank pushed down ``n`` places for each
   better-ranked exchange of the same call (multi-hop evidence lies in different calls);
 - **pseudo-relevance feedback** (RM3-like; Lavrenko and Croft, SIGIR 2001): words found
@@ -95,11 +95,12 @@ class Ranker:
 
 
 def one_side(memory: Any, r: Any, question: str) -> Any:
-    asked = memory.query_words(question)
+    asked = memory.words.query_words(question)
     sides = []
     for e, s in zip(r.exchanges, r.sides or ("both",) * len(r.exchanges), strict=True):
         if s == "both" and e.user_text and e.assistant_text:
-            c, a = memory.relevance(asked, e.user_text), memory.relevance(asked, e.assistant_text)
+            relevance = memory.words.relevance
+            c, a = relevance(asked, e.user_text), relevance(asked, e.assistant_text)
             s = "both" if c and a else ("caller" if c >= a else "reply")
         sides.append(s)
     return memory.Recall(r.facts, r.summaries, r.exchanges, tuple(sides))
@@ -119,12 +120,12 @@ def diverse(memory: Any, r: Any, places: int) -> Any:
 
 def feedback(ranker: Ranker, r: Any, question: str, k: int, m: int, w: int, min_docs: int) -> Any:
     memory = ranker.memory
-    asked = memory.query_words(question)
+    asked = memory.words.query_words(question)
     docs = []
     for e, s in list(zip(r.exchanges, r.sides, strict=True))[:k]:
-        caller, reply = memory.shown_sides(e, s)
+        caller, reply = memory.block.shown_sides(e, s)
         text = f"{e.user_text if caller else ''} {e.assistant_text if reply else ''}"
-        docs.append(set(memory.query_words(text, limit=10_000)))
+        docs.append(set(memory.words.query_words(text, limit=10_000)))
     df = Counter(word for d in docs for word in d if word not in asked)
     scored = []
     for word, n in df.items():
@@ -141,7 +142,7 @@ def feedback(ranker: Ranker, r: Any, question: str, k: int, m: int, w: int, min_
 
 def speaker(ranker: Ranker, r: Any, question: str, boost: float, remove: bool) -> Any:
     caller, agent = ranker.names
-    asked = ranker.memory.query_words(question)
+    asked = ranker.memory.words.query_words(question)
     side = None
     if (caller in asked) != (agent in asked):
         side = 0 if caller in asked else 1
@@ -175,7 +176,7 @@ def ranked(
     """The recall one variant gives for question ``text``, and the block cap (characters)."""
     memory, r, cap = ranker.memory, q["r24"], ranker.memory.MAX_BLOCK_CHARS
     if way == "queried":
-        r = ranker.recall(r, ranker.search(memory.query_words(text)))
+        r = ranker.recall(r, ranker.search(memory.words.query_words(text)))
     elif way == "cap":
         r, cap = q[f"r{int(setting[0])}"], int(setting[1])
     elif way == "one side":

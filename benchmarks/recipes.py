@@ -105,7 +105,7 @@ def run_one(project: Path) -> dict:
         async with AgentSession(llm=model) as session:
             # as each recipe's entrypoint builds it
             assistant = await agent.build_agent(session, store, CALLER, "measured", model=model)
-            call = assistant.call
+            call = assistant.memory
             timed(call)
             greeted = first_reply(session)
             await session.start(assistant)

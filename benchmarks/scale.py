@@ -1,7 +1,7 @@
 """Scale benchmark: recall latency and write throughput of the sqlite and postgres
 backends side by side, as the store grows to 1k, 100k and 1M exchanges of 10k callers.
 
-Imports the template's own files (memory.py and both *_store.py; Python files are
+Imports the template's own files (the memory/ folder; Python files are
 copied unrendered into generated projects, so these are the files a project runs).
 The data is generated, deterministic (--seed) and thrown away: a temporary SQLite
 file, and a schema of its own on the PostgreSQL server --postgres names (dropped at
@@ -48,14 +48,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 sys.path[:0] = [
     str(TEMPLATE),
-    str(TEMPLATE / "memory_backends/sqlite"),
-    str(TEMPLATE / "memory_backends/postgres"),
 ]
 
 import memory  # noqa: E402
-import postgres_store  # noqa: E402
 import psycopg  # noqa: E402
-import sqlite_store  # noqa: E402
+from memory import postgres_store, sqlite_store  # noqa: E402
 
 CALLERS = 10_000
 FUNCTION_WORDS = ["i", "you", "the", "a", "to", "and", "of", "it", "that", "in", "is", "was"]

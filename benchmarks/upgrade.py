@@ -25,9 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
-sys.path[:0] = [str(TEMPLATE), str(TEMPLATE / "memory_backends/sqlite")]
+sys.path[:0] = [str(TEMPLATE)]
 
-import sqlite_store  # noqa: E402
+from memory import sqlite_store  # noqa: E402
 
 WORDS = [
     "garden",

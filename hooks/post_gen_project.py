@@ -1,10 +1,11 @@
 """Shape the generated project to the answers.
 
-Leaves exactly one backend (memory_backends/<name>/ placed next to memory.py and in
-tests/) and one recipe (as agent.py), and writes
-the chosen agent name and model strings into agent.py's settings block. Python
-files are copied without Jinja rendering (cookiecutter.json `_copy_without_render`),
-so agent.py stays the same file as in the kit; its settings are set here instead.
+memory/ is the same folder in every project (every backend is a module in it); the
+chosen backend's tests and fixtures (backend_tests/<name>/) go into tests/, and one
+recipe becomes agent.py, with the chosen agent name and model strings written into
+its settings block. Python files are copied without Jinja rendering
+(cookiecutter.json `_copy_without_render`), so agent.py stays the same file as in
+the kit; its settings are set here instead.
 """
 
 import json
@@ -35,69 +36,43 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
-# Backends over a hosted service's HTTP API share memory_backends/_hosted/: hosted.py
-# (HTTP client, the store) and outbox.py go next to memory.py, the rest (the fakes'
-# plumbing, the shared tests and fixtures) into tests/.
+# Backends over a hosted service's HTTP API share backend_tests/_hosted/: the fakes'
+# plumbing, the shared tests and fixtures.
 HOSTED_BACKENDS = {"supermemory", "mem0", "zep"}
 
 
-def place_backend(name: str) -> None:
-    """memory_backends/<name>/ holds the backend: <name>_store.py goes next to
-    memory.py; its tests and store_fixtures.py (how tests get a fresh store) go
-    into tests/."""
-    folders = [PROJECT / "memory_backends" / name]
+def place_backend_tests(name: str) -> None:
+    """backend_tests/<name>/ holds what tests only this backend: its tests, its fake
+    service, and store_fixtures.py (how tests get a fresh store); all go into
+    tests/."""
+    folders = [PROJECT / "backend_tests" / name]
     if name in HOSTED_BACKENDS:
-        folders.insert(0, PROJECT / "memory_backends" / "_hosted")
+        folders.insert(0, PROJECT / "backend_tests" / "_hosted")
     for source in folders:
         for path in sorted(source.glob("*.py")):
-            if path.name in (f"{name}_store.py", "hosted.py", "outbox.py"):
-                shutil.move(path, PROJECT / path.name)
-            else:
-                shutil.move(path, PROJECT / "tests" / path.name)
-    shutil.rmtree(PROJECT / "memory_backends")
+            shutil.move(path, PROJECT / "tests" / path.name)
+    shutil.rmtree(PROJECT / "backend_tests")
 
 
-# Tests of the default agent that a recipe does not pass by design (its docstring
-# says what it changes); the recipe's own tests (recipes/tests/) take their place,
-# its own run through the real entrypoint included.
-DEFAULT_TESTS_NOT_FOR = {
-    # no block in each request
-    "tool_only": [
-        "test_agent.py",
-        "test_agent_privacy.py",
-        "test_tracing.py",
-        "test_voice_turns.py",
-        "test_entrypoint.py",
-        "test_wiring.py",
-    ],
-    # nothing is captured before the caller consents; it waits for a SIP caller
-    "telephony": [
-        "test_agent.py",
-        "test_agent_privacy.py",
-        "test_tracing.py",
-        "test_voice_turns.py",
-        "test_capture.py",
-        "test_capture_pairing.py",
-        "test_entrypoint.py",
-        "test_wiring.py",
-    ],
-    # realtime models never call llm_node: no block in each request
-    "realtime": [
-        "test_agent.py",
-        "test_agent_privacy.py",
-        "test_tracing.py",
-        "test_voice_turns.py",
-        "test_entrypoint.py",
-        "test_wiring.py",
-    ],
-    # the model writes the summary at the end of the call
-    "call_summary": ["test_entrypoint.py"],
-    # the call id is the room's, so a second worker can continue the call
-    "resume": ["test_entrypoint.py"],
-}
-# Fact extraction when a call ends is agent.py's (Assistant.ask_model); a recipe keeps
-# to the facts its remember tool saves.
-DEFAULT_AGENT_ONLY = ["test_extraction.py", "test_live_extraction.py"]
+# agent.py's own behaviour tests (the default agent's, through its Assistant) stay in
+# the default project. A recipe is agent.py plus its idea (the kit checks that the
+# rest is agent.py's, line for line), so its project carries the recipe's own tests
+# instead, with the memory folder's and the store's, which are the same everywhere.
+DEFAULT_AGENT_TESTS = [
+    "test_agent.py",
+    "test_agent_privacy.py",
+    "test_capture.py",
+    "test_capture_pairing.py",
+    "test_extraction.py",
+    "test_live.py",
+    "test_live_extraction.py",
+    "test_tracing.py",
+    "test_voice_turns.py",
+    "test_wiring.py",
+]
+# The real entrypoint's tests apply to a recipe that keeps agent.py's entrypoint and
+# greeting; the others run their entrypoint in their own tests.
+OWN_ENTRYPOINT = {"tool_only", "telephony", "realtime", "call_summary", "resume"}
 
 
 def place_recipe(name: str) -> None:
@@ -108,8 +83,10 @@ def place_recipe(name: str) -> None:
     shutil.copyfile(
         KIT_DIR / "recipes" / "tests" / f"test_{name}.py", tests / f"test_recipe_{name}.py"
     )
-    for test_file in [*DEFAULT_TESTS_NOT_FOR.get(name, []), *DEFAULT_AGENT_ONLY]:
+    for test_file in DEFAULT_AGENT_TESTS:
         (tests / test_file).unlink()
+    if name in OWN_ENTRYPOINT:
+        (tests / "test_entrypoint.py").unlink()
 
 
 def set_agent_settings() -> None:
@@ -131,7 +108,7 @@ def set_agent_settings() -> None:
 
 
 def main() -> None:
-    place_backend(ANSWERS["memory_backend"])
+    place_backend_tests(ANSWERS["memory_backend"])
     place_recipe(ANSWERS["recipe"])
     set_agent_settings()
 

@@ -43,13 +43,13 @@ MAX_CHARS = {
     "stt_model": 100,
     "tts_model": 100,
 }
-# What can be chosen is what the kit holds: a backend is a folder in the template's
-# memory_backends/, a recipe is a file in recipes/ ("default" is agent.py itself).
+# What can be chosen is what the kit holds: a backend is a folder of tests in the
+# template's backend_tests/, a recipe is a file in recipes/ ("default" is agent.py).
 TEMPLATE_DIR = Path(KIT_DIR) / "{{ '{{cookiecutter.project_slug}}' }}"
 CHOICES = {
     "memory_backend": sorted(
         p.name
-        for p in (TEMPLATE_DIR / "memory_backends").iterdir()
+        for p in (TEMPLATE_DIR / "backend_tests").iterdir()
         if p.is_dir() and p.name[0] not in "_."
     ),
     "recipe": ["default", *sorted(p.stem for p in (Path(KIT_DIR) / "recipes").glob("*.py"))],

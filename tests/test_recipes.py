@@ -3,6 +3,7 @@ agent project that the template did not generate."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -37,9 +38,8 @@ def test_a_recipe_docstring_says_when_what_changes_and_how_to_copy(name):
 
 
 # An agent someone already has: their own Agent class with their own tool. Memory comes
-# in by copying the recipe, memory.py and the backend's store file next to it, wiring
-# memory into their own session as build_agent does, and building their agent on the
-# recipe's Assistant.
+# in by copying the memory/ folder and the recipe next to it, wiring memory into their
+# own session with the adapter, and building their agent on the recipe's Assistant.
 EXISTING_AGENT = '''
 import asyncio, json
 
@@ -47,6 +47,7 @@ from livekit.agents import AgentSession, RunContext, function_tool
 
 import memory
 import memory_agent
+from memory.livekit_adapter import start_call_memory
 from scripted_llm import ScriptedLLM, first_reply
 
 
@@ -62,11 +63,9 @@ async def main() -> None:
     # telephony asks first
     await store.remember("caller-1", memory.Fact.of("recording_consent", "yes"))
     for n, text in enumerate(["My sister Ana is vegetarian.", "What does my sister eat?"]):
-        call = memory.CallMemory(store, "caller-1", f"call-{n}")
-        call.start()
         model = ScriptedLLM()
         async with AgentSession(llm=model) as session:
-            memory_agent.start_capture(session, call)
+            call = start_call_memory(session, store, "caller-1", f"call-{n}")
             greeted = first_reply(session)
             await session.start(FrontDesk(call, model=model))
             await asyncio.wait_for(greeted.wait(), 10)  # the caller answers the greeting
@@ -85,12 +84,10 @@ def test_a_recipe_copied_into_an_existing_agent_runs(name, tmp_path):
     project = tmp_path / "front-desk"
     project.mkdir()
     (project / "front_desk.py").write_text(textwrap.dedent(EXISTING_AGENT))
-    # the files the recipe's docstring says to copy: the recipe, the memory core and
-    # the backend's store file (SQLite here)
+    # what the recipe's docstring says to copy: the memory/ folder and the recipe
     shutil.copyfile(ROOT / "recipes" / f"{name}.py", project / "memory_agent.py")
-    shutil.copyfile(TEMPLATE / "memory.py", project / "memory.py")
-    shutil.copyfile(
-        TEMPLATE / "memory_backends" / "sqlite" / "sqlite_store.py", project / "sqlite_store.py"
+    shutil.copytree(
+        TEMPLATE / "memory", project / "memory", ignore=shutil.ignore_patterns("__pycache__")
     )
     shutil.copyfile(TEMPLATE / "tests" / "scripted_llm.py", project / "scripted_llm.py")
     env = {
@@ -142,24 +139,19 @@ def _definitions(path: Path) -> dict[str, str]:
     return found
 
 
-# The memory wiring every recipe copies from agent.py unchanged. A recipe is one
-# self-contained file, so these are copies on purpose; this keeps a fix to one from
-# leaving the others behind.
+# What a recipe has of agent.py stays agent.py's: a recipe is agent.py plus its idea,
+# so `diff agent.py recipes/<name>.py` shows only the idea.
 SHARED = [
     "new_llm",
     "new_stt",
     "new_tts",
     "build_agent",
     "prewarm",
-    "start_capture",
-    "current_speech_id",
-    "dispatch_metadata",
-    "caller_id_for",
-    "caller_or_none",
-    "trace_memory",
+    "entrypoint",
+    "Assistant.__init__",
+    "Assistant.on_enter",
     "Assistant.llm_node",
     "Assistant.remember",
-    "Assistant.on_exit",
 ]
 # What a recipe changes in them on purpose (its docstring says why). Each must really
 # differ: once it is agent.py's again, it comes off this list and is checked again.
@@ -168,15 +160,36 @@ DIFFERS = {
         "new_llm": "a realtime model, with input transcription",
         "build_agent": "waits for the profile, which goes into the instructions",
         "prewarm": "no VAD: the realtime model hears for itself",
-        "start_capture": "no wiring self-check: a realtime model never runs llm_node",
+        "entrypoint": "no STT, TTS, VAD or turn detector: the realtime model has them",
+        "Assistant.__init__": "takes the profile for the instructions",
+        "Assistant.on_enter": "checks that the caller's words are transcribed",
     },
-    "resume": {"build_agent": "the Assistant continues the call from its saved turns"},
-    "tool_only": {"start_capture": "no wiring self-check: memory is asked by a tool"},
+    "resume": {
+        "build_agent": "the Assistant continues the call from its saved turns",
+        "entrypoint": "the call id is the room's sid",
+        "Assistant.__init__": "takes the call's saved turns",
+        "Assistant.on_enter": "a resumed call is picked up, not greeted",
+    },
+    "tool_only": {
+        "build_agent": "capture is told replies do not recall (no self-check)",
+        "Assistant.on_enter": "the profile goes into the instructions",
+    },
+    "telephony": {
+        "entrypoint": "dials out, and waits for a SIP caller",
+        "Assistant.__init__": "capture is off until consent",
+        "Assistant.on_enter": "asks for consent",
+    },
+    "call_summary": {
+        "entrypoint": "a longer bound for the end of the call",
+        "Assistant.__init__": "the model writes the call summary",
+        "Assistant.on_enter": "the greeting picks up the last call",
+    },
+    "forget_on_request": {"Assistant.__init__": "remembers a pending forget request"},
 }
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_a_recipe_keeps_agent_pys_memory_wiring_where_it_has_it(name):
+def test_a_recipe_keeps_agent_pys_code_where_it_has_it(name):
     default = _definitions(TEMPLATE / "agent.py")
     recipe = _definitions(ROOT / "recipes" / f"{name}.py")
     for function in SHARED:
@@ -190,6 +203,32 @@ def test_a_recipe_keeps_agent_pys_memory_wiring_where_it_has_it(name):
             assert recipe[function] == default[function], (
                 f"{name}: {function} differs from agent.py"
             )
+
+
+ADAPTER = TEMPLATE / "memory" / "livekit_adapter.py"
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_a_recipe_copies_no_glue_and_its_diff_is_its_idea(name):
+    """No recipe writes again what the memory folder holds (its functions, or a
+    private LiveKit name), and its diff against agent.py stays small: the idea."""
+    glue = {n for n in _definitions(ADAPTER) if not n.startswith(("_", "Assistant."))}
+    source = (ROOT / "recipes" / f"{name}.py").read_text()
+    defined = set(_definitions(ROOT / "recipes" / f"{name}.py"))
+    assert not glue & defined, f"{name} defines the adapter's {sorted(glue & defined)}"
+    assert "livekit.agents.voice" not in source and "_SpeechHandle" not in source
+    diff = list(
+        difflib.unified_diff(
+            (TEMPLATE / "agent.py").read_text().splitlines(), source.splitlines(), n=0
+        )
+    )
+    changed = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert len(changed) <= MAX_DIFF_LINES, f"{name}: {len(changed)} lines differ"
+
+
+MAX_DIFF_LINES = 150
+"""The most lines a recipe may differ from agent.py by (docstring included); the
+largest, realtime, swaps the whole voice pipeline for a realtime model."""
 
 
 def _signature(path: Path, function: str) -> tuple:

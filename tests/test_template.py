@@ -23,16 +23,24 @@ CHOICES = {
     if isinstance(v, list)
 }
 DEFAULT_BACKEND, DEFAULT_RECIPE = CHOICES["memory_backend"][0], CHOICES["recipe"][0]
-# Every choice is rendered and tested. The whole generated suite runs for every recipe
-# on the default backend and for every backend with the default agent; the other
-# backend x recipe pairs run what of the suite touches storage under that recipe (the
-# recipe's own tests and its real entrypoint), so every backend meets every recipe.
+
+
+def suite(backend: str, recipe: str) -> str:
+    """What a render runs; tests follow the structure. The memory folder is the same in
+    every project, so its tests run once, in the default project ("all": the whole
+    suite); each other backend runs what touches the store ("store": the contract, its
+    own tests, memory_admin.py, the real entrypoint on it); each other recipe runs its
+    own tests ("recipe"); every other pair, one call of the recipe through the real
+    entrypoint on the backend ("smoke")."""
+    if backend == DEFAULT_BACKEND and recipe == DEFAULT_RECIPE:
+        return "all"
+    if recipe == DEFAULT_RECIPE:
+        return "store"
+    return "recipe" if backend == DEFAULT_BACKEND else "smoke"
+
+
 COMBINATIONS = [
-    {
-        "memory_backend": backend,
-        "recipe": recipe,
-        "suite": "all" if backend == DEFAULT_BACKEND or recipe == DEFAULT_RECIPE else "storage",
-    }
+    {"memory_backend": backend, "recipe": recipe, "suite": suite(backend, recipe)}
     for backend, recipe in itertools.product(CHOICES["memory_backend"], CHOICES["recipe"])
 ]
 
@@ -49,14 +57,15 @@ def run(args: list[str], cwd: Path, timeout: float = 1200) -> subprocess.Complet
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_default_project_has_one_backend_as_memory_py_and_one_agent(cookies):
+def test_the_default_project_has_the_memory_folder_and_one_agent(cookies):
     result = bake(cookies)
     assert result.exit_code == 0, result.exception
     project = result.project_path
     assert project.name == "memory-agent"
     files = sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
-    assert "agent.py" in files and "memory.py" in files and "sqlite_store.py" in files
-    assert not (project / "memory_backends").exists()
+    assert "agent.py" in files and "memory/__init__.py" in files
+    assert "memory/sqlite_store.py" in files and "memory/livekit_adapter.py" in files
+    assert not (project / "backend_tests").exists()
     assert "tests/test_sqlite_store.py" in files and "tests/store_fixtures.py" in files
     for name in (
         "pyproject.toml",
@@ -72,13 +81,20 @@ def test_the_default_project_has_one_backend_as_memory_py_and_one_agent(cookies)
     assert (project / "agent.py").read_text() == (TEMPLATE / "agent.py").read_text()
 
 
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+
+
 @pytest.mark.parametrize("backend", CHOICES["memory_backend"])
-def test_memory_py_is_the_same_file_for_every_backend(cookies, backend):
+def test_the_memory_folder_is_the_same_for_every_backend(cookies, backend):
     result = bake(cookies, memory_backend=backend)
     assert result.exit_code == 0, result.exception
-    assert (result.project_path / "memory.py").read_bytes() == (TEMPLATE / "memory.py").read_bytes()
-    stores = sorted(p.name for p in result.project_path.glob("*_store.py"))
-    assert stores == [f"{backend}_store.py"]
+    assert folder_bytes(result.project_path / "memory") == folder_bytes(TEMPLATE / "memory")
+    assert not list(result.project_path.glob("*_store.py"))
 
 
 BACKEND_WORDS = re.compile(r"sqlite|postgres|supermemory|mem0|zep|MEMORY_DB", re.IGNORECASE)
@@ -195,14 +211,24 @@ def test_the_generated_dependencies_are_the_ones_this_environment_runs(cookies, 
         )
 
 
-def storage_tests(project: Path) -> list[str]:
-    """The generated tests that touch storage under this project's recipe: the
-    recipe's own tests and the real entrypoint's."""
+def selected(project: Path, suite: str) -> list[str]:
+    """The pytest arguments that run ``suite`` (see ``suite``) in a rendered project."""
     tests = project / "tests"
-    return sorted(
-        str(p.relative_to(project))
-        for p in [*tests.glob("test_recipe_*.py"), *tests.glob("test_entrypoint*.py")]
-    )
+    if suite == "all":
+        return []
+    if suite == "smoke":
+        return ["-m", "smoke"]
+    if suite == "recipe":
+        kinds = ["test_recipe_*.py", "test_entrypoint.py", "test_demo.py", "test_readme.py"]
+    else:
+        kinds = [
+            "test_store_contract.py",
+            "test_*_store.py",
+            "test_sqlite_erase.py",
+            "test_memory_admin.py",
+            "test_entrypoint.py",
+        ]
+    return sorted({str(p.relative_to(project)) for kind in kinds for p in tests.glob(kind)})
 
 
 @pytest.mark.parametrize(
@@ -214,15 +240,15 @@ def test_every_choice_renders_and_its_own_tests_pass(cookies, request, answers):
         request.getfixturevalue("postgres_server")  # one answers, or is started
     result = bake(cookies, **answers)
     assert result.exit_code == 0, result.exception
-    selected = storage_tests(result.project_path) if suite == "storage" else []
-    assert suite == "all" or selected, "no storage tests for this recipe"
+    args = selected(result.project_path, suite)
+    assert suite == "all" or args, f"nothing to run for {suite}"
     tests = run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selected],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=result.project_path,
     )
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
     assert re.search(r"\d+ passed", tests.stdout)
-    if suite == "all":  # (the other pairs hold no file these do not)
+    if suite != "smoke":  # (a smoke pair holds no file the others do not)
         lint_and_type_check(result.project_path, "generated project")
 
 

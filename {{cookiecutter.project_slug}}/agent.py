@@ -1,19 +1,22 @@
 """A LiveKit voice agent that remembers each caller from one call to the next.
 
-Memory enters the conversation in two places, both below:
+LiveKit's starter agent (agent-starter-python) with memory added at three touch
+points, each one visible line below:
 - recall: `Assistant.llm_node` adds one memory block to a copy of the chat context
   before each reply (never to the session history);
-- capture: `start_capture` saves each exchange after the reply is added.
+- capture: `start_call_memory` saves each exchange after the reply is added;
+- close: the call's memory is flushed by a shutdown callback when the call ends.
+Everything else memory needs is in the `memory/` folder (copy it into your own
+agent: README.md, "Add memory to an agent you already have").
 
 Run: `uv run -m livekit.agents download-files` once, then `lk agent console` (or
 `lk agent dev`; `uv run agent.py start` in production); a worker joins only rooms
 that dispatch it by name (README.md, "Quick start").
 """
 
-import json
 import logging
+import textwrap
 from pathlib import Path
-from typing import Any
 
 from dotenv import load_dotenv
 from livekit import rtc
@@ -21,11 +24,9 @@ from livekit.agents import (
     Agent,
     AgentServer,
     AgentSession,
-    ConversationItemAddedEvent,
     JobContext,
     JobProcess,
     RunContext,
-    SpeechCreatedEvent,
     cli,
     function_tool,
     inference,
@@ -34,11 +35,10 @@ from livekit.agents import (
     stt,
     tts,
 )
-from livekit.agents.telemetry import tracer
-from livekit.agents.voice.agent_activity import _SpeechHandleContextVar as _SPEECH
-from livekit.plugins import silero
+from livekit.plugins import noise_cancellation, silero
 
 import memory
+from memory.livekit_adapter import start_call_memory, wait_for_caller, with_memory
 
 logger = logging.getLogger("agent")
 
@@ -49,19 +49,18 @@ AGENT_NAME = "memory-agent"
 LLM_MODEL = "openai/gpt-4.1-mini"
 STT_MODEL = "deepgram/nova-3"
 TTS_MODEL = "cartesia/sonic-3"
-# Where memory is kept: MEMORY_URL in the environment or .env.local (see .env.example);
-# unset or empty means the backend this project was generated with, at its default.
-# After each call the model lists the facts the caller stated (one request per call,
-# see README); MEMORY_EXTRACT_FACTS=off (or 0, false, no) leaves facts to the remember tool alone.
-EXTRACT_FACTS = not memory.switched_off("MEMORY_EXTRACT_FACTS")
+# Where memory is kept: MEMORY_URL in the environment or .env.local (.env.example
+# lists every setting); unset, the embedded default, a file in data/ here.
 
-INSTRUCTIONS = """\
-You are a friendly voice assistant who remembers the people who call you.
-Keep answers short and speakable: no lists, markdown or emojis.
-Before each reply you may get a block of background about the caller from earlier
-calls; use it when it helps, and never claim to remember anything that is not in it.
-When the caller tells you something lasting about themselves (their name, where they
-live, a preference), save it with the remember tool."""
+INSTRUCTIONS = textwrap.dedent(
+    """\
+    You are a friendly voice assistant who remembers the people who call you.
+    Keep answers short and speakable: no lists, markdown or emojis.
+    Before each reply you may get a block of background about the caller from
+    earlier calls; use it when it helps, and never claim to remember anything that
+    is not in it. When the caller tells you something lasting about themselves
+    (their name, where they live, a preference), save it with the remember tool."""
+)
 
 
 def new_llm() -> llm.LLM:
@@ -71,7 +70,7 @@ def new_llm() -> llm.LLM:
 
 def new_stt() -> stt.STT:
     """Speech-to-text (tests swap it for an offline stand-in, as they swap new_llm)."""
-    return inference.STT(model=STT_MODEL)
+    return inference.STT(model=STT_MODEL, language="multi")
 
 
 def new_tts() -> tts.TTS:
@@ -80,57 +79,31 @@ def new_tts() -> tts.TTS:
 
 
 class Assistant(Agent):
-    def __init__(self, call: memory.CallMemory, *, model: llm.LLM | None = None) -> None:
-        super().__init__(instructions=INSTRUCTIONS, llm=model or new_llm())
-        self.call = call
-        if EXTRACT_FACTS:
-            call.extract_with = self.ask_model  # run when the call ends, bounded there
+    """Your agent, with memory. ``call``: the call's memory (none, as in tests or
+    for a caller without a stable id: memory is off and no store is opened)."""
+
+    def __init__(
+        self,
+        call: memory.CallMemory | None = None,
+        *,
+        instructions: str = INSTRUCTIONS,
+        model: llm.LLM | None = None,
+    ) -> None:
+        super().__init__(instructions=instructions, llm=model or new_llm())
+        self.memory = call or memory.CallMemory()
 
     async def on_enter(self) -> None:
         # llm_node runs for this reply too, so the greeting sees the preloaded profile.
-        self.session.generate_reply(instructions="Greet the caller, by name if you know it.")
-
-    async def ask_model(self, instructions: str, text: str) -> str:
-        """One request to this agent's model outside the conversation (the call's fact
-        extraction); returns its text. CallMemory bounds the time it may take."""
-        request = llm.ChatContext()
-        request.add_message(role="system", content=instructions)
-        request.add_message(role="user", content=text)
-        assert isinstance(self.llm, llm.LLM)  # this Assistant is built with a text LLM
-        return (await self.llm.chat(chat_ctx=request).collect()).text
-
-    async def on_exit(self) -> None:
-        # Runs when the session closes or hands off to another agent: write what is
-        # pending now, while the process surely lives. (Bounded: FLUSH_TIMEOUT.)
-        await self.call.flush()
+        self.session.generate_reply(
+            instructions="Greet the caller, by name if you know it."
+        )
 
     async def llm_node(self, chat_ctx, tools, model_settings):
-        # Recall here, not in on_user_turn_completed: editing the turn there discards
-        # LiveKit's preemptive generation, and typed turns never call that hook.
-        # https://docs.livekit.io/agents/build/nodes/#llm-node
-        # The copy keeps the block out of session.history and out of the context
-        # the next step or turn starts from, so no reply ever sees two blocks.
-        chat_ctx = chat_ctx.copy()
-        items = chat_ctx.items
-        users = [
-            i for i, item in enumerate(items) if item.type == "message" and item.role == "user"
-        ]
-        latest = items[users[-1]].text_content or "" if users else ""
-        block = await self.call.block_for(latest, turn=len(users))
-        if block:
-            # Just before what the reply answers, so the request still ends with it:
-            # the caller's latest words or, before they have spoken, the instructions
-            # of a generate_reply (the greeting).
-            if users:
-                at = users[-1]
-            elif items and items[-1].type == "message" and items[-1].role == "system":
-                at = len(items) - 1
-            else:
-                at = len(items)
-            items.insert(
-                at, llm.ChatMessage(role="system", content=[block], extra={"memory_block": True})
-            )
-        async for chunk in Agent.default.llm_node(self, chat_ctx, tools, model_settings):
+        # 1. Recall: this reply's memory block, in a copy of the chat context.
+        chat_ctx = await with_memory(self.memory, chat_ctx)
+        async for chunk in Agent.default.llm_node(
+            self, chat_ctx, tools, model_settings
+        ):
             yield chunk
 
     @function_tool
@@ -144,7 +117,7 @@ class Assistant(Agent):
             kind: What the fact is about, in a few words, e.g. "name", "home city".
             value: The fact itself, e.g. "Maria", "Lisbon".
         """
-        return await self.call.remember(kind, value)
+        return await self.memory.remember(kind, value)
 
 
 async def build_agent(
@@ -155,121 +128,11 @@ async def build_agent(
     *,
     model: llm.LLM | None = None,
 ) -> Assistant:
-    """Everything memory needs for one call, wired once: the entrypoint, the demo, the
-    tests and the benchmarks all build the agent here. Starts preloading the caller's
-    profile, captures the session's conversation, and returns the Assistant; its
-    `call` must be closed when the call ends (`await agent.call.aclose()`; the
-    entrypoint registers it as a shutdown callback). `caller_id=None`: no memory."""
-    call = memory.CallMemory(store, caller_id, call_id)
-    call.trace = trace_memory  # recall and save as spans in LiveKit's traces
-    call.start()  # preload facts and call summaries while the session starts
-    start_capture(session, call)
+    """One call's agent with its memory: the entrypoint, the demo, the tests and the
+    benchmarks all build it here. ``caller_id=None``: memory off for the call."""
+    # 2. Capture: each exchange is saved after its reply (the profile preloads now).
+    call = start_call_memory(session, store, caller_id, call_id)
     return Assistant(call, model=model)
-
-
-def start_capture(session: AgentSession, call: memory.CallMemory) -> None:
-    """Capture: hand each user or assistant message to the call's memory, which pairs
-    them into exchanges and saves them in the background. Tool calls never come
-    through this event; agent handoff items do and are skipped.
-
-    Each message goes with the id of the LiveKit speech that added it (one reply,
-    every step of its tool loop included, which adds the user message it answers
-    before its own text), so a reply pairs with the turn it answers whatever order
-    the items come in: a greeting still being said when the first turn arrives is
-    nobody's answer.
-
-    Items the app adds itself with `agent.update_chat_ctx(...)` raise no
-    `conversation_item_added` and are not remembered; to remember one, hand it over
-    too: `call.capture(msg.role, msg.id, msg.text_content, created_at=msg.created_at)`
-    (a `generate_reply()` that follows then pairs with it). Either way they never
-    shift the pairing of the turns LiveKit adds."""
-
-    @session.on("speech_created")
-    def _on_speech(ev: SpeechCreatedEvent) -> None:
-        # made by another reply's work (a tool, a handoff's greeting): it answers the
-        # same turn; a model reply runs llm_node, which must ask memory (self-check)
-        call.speech_created(
-            ev.speech_handle.id,
-            within=current_speech_id(),
-            asks_memory=ev.source == "generate_reply",
-        )
-
-    @session.on("conversation_item_added")
-    def _on_item(ev: ConversationItemAddedEvent) -> None:
-        item = ev.item
-        if item.type == "message" and item.role in ("user", "assistant"):
-            # text_content joins text parts and drops images and expressive markup;
-            # an interrupted reply holds only what was said before the barge-in.
-            call.capture(
-                item.role,
-                item.id,
-                item.text_content,
-                interrupted=item.interrupted,
-                created_at=item.created_at,
-                speech_id=current_speech_id(),
-            )
-
-
-def current_speech_id() -> str | None:
-    """The id of the LiveKit speech whose task is running now (None outside one).
-
-    LiveKit runs each reply's work (adding its user message, its text, its tool loop)
-    in tasks that carry the SpeechHandle in a context variable, the one it reads
-    itself to tie tools and tasks to their speech (livekit-agents 1.8.9,
-    voice/agent_activity.py `_create_speech_task`); no public accessor exists yet."""
-    handle = _SPEECH.get(None)
-    return handle.id if handle is not None else None
-
-
-def trace_memory(name: str, start_ns: int, end_ns: int, attributes: dict[str, Any]) -> None:
-    """memory.Trace: each recall and save as a span in livekit-agents' own tracer, under
-    the span of the reply or turn it served, so memory shows in LiveKit's traces (set
-    an exporter with livekit.agents.telemetry.set_tracer_provider; LiveKit Cloud
-    records them when observability is on). Attributes hold figures, never text."""
-    span = tracer.start_span(name, start_time=start_ns, attributes=attributes)
-    span.end(end_time=end_ns)
-
-
-def dispatch_metadata(job_metadata: str) -> dict:
-    """The JSON object your dispatch put in the job metadata ({} if none or malformed).
-    Keys read here: `caller_id` (whose memory to use) and `caller_identity` (which
-    participant is the caller, e.g. when an observer may join the room first)."""
-    try:
-        metadata = json.loads(job_metadata) if job_metadata else {}
-    except json.JSONDecodeError:
-        return {}
-    return metadata if isinstance(metadata, dict) else {}
-
-
-def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict) -> str:
-    """The stable id memory is kept under: `caller_id` from the dispatch metadata,
-    else the SIP caller's phone number, else the participant identity from the access
-    token. Never the room name, which names the call, not the caller. A phone number
-    is kept in E.164 form whichever way it arrives (memory.normalise_caller_id).
-
-    Only the first is verified, if your backend sets it after verifying the caller:
-    a SIP number (caller ID) can be spoofed by whoever places the call, and an
-    identity is whatever your token server put in the token. See the README.
-
-    Raises memory.InvalidCallerId with the reason when the id is unusable.
-    """
-    if dispatch.get("caller_id"):
-        return memory.normalise_caller_id(dispatch["caller_id"])
-    if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
-        return memory.normalise_phone_number(participant.attributes.get("sip.phoneNumber", ""))
-    return memory.validate_caller_id(participant.identity)
-
-
-def caller_or_none(participant: rtc.RemoteParticipant, dispatch: dict) -> str | None:
-    """`caller_id_for`, or None with the reason in the log: a caller without a stable
-    id (anonymous web user, withheld number) gets the agent, just without memory.
-    Never raises: nothing about an id may end the call (the id it returns is one
-    memory.CallMemory accepts)."""
-    try:
-        return memory.validate_caller_id(caller_id_for(participant, dispatch))
-    except Exception as exc:  # every kind of bad id, not only the ones foreseen
-        logger.warning("memory is off for this call: %s", exc)
-        return None
 
 
 server = AgentServer()
@@ -287,31 +150,38 @@ server.setup_fnc = prewarm
 @server.rtc_session(agent_name=AGENT_NAME)
 async def entrypoint(ctx: JobContext) -> None:
     ctx.log_context_fields = {"room": ctx.room.name}
-    dispatch = dispatch_metadata(ctx.job.metadata)
-    await ctx.connect()
-    # The caller is the participant the dispatch names, else the first SIP or
-    # standard participant to join (LiveKit's own rule for linking a session);
-    # observers should join hidden, or be excluded by naming the caller.
-    participant = await ctx.wait_for_participant(identity=dispatch.get("caller_identity"))
-    caller_id = caller_or_none(participant, dispatch)
-
+    # Memory is kept under the caller's id, so find the caller before the session
+    # starts (the greeting already reads their profile).
+    caller = await wait_for_caller(ctx)
     session: AgentSession = AgentSession(
         stt=new_stt(),
         tts=new_tts(),
         vad=ctx.proc.userdata["vad"],
+        # LiveKit's turn detector (its local model ships with livekit-agents)
+        turn_handling={"turn_detection": inference.TurnDetector()},
         # preemptive generation is on by default; recall in llm_node keeps it useful
     )
-    assistant = await build_agent(session, ctx.proc.userdata["memory"], caller_id, ctx.job.id)
-    # A hang-up closes the session and then the job; the job waits for shutdown
-    # callbacks (up to shutdown_process_timeout), so the last writes land here.
-    # LiveKit calls a shutdown callback that takes an argument with the reason (a str).
-    ctx.add_shutdown_callback(assistant.call.on_shutdown)
+    assistant = await build_agent(
+        session, ctx.proc.userdata["memory"], caller.id, ctx.job.id
+    )
+    # 3. Close: the last writes and the call summary land before the job ends.
+    ctx.add_shutdown_callback(assistant.memory.on_shutdown)
     await session.start(
         agent=assistant,
         room=ctx.room,
-        # Link the session to the participant memory is keyed to, so both follow the
-        # same person (not whoever joins or speaks first).
-        room_options=room_io.RoomOptions(participant_identity=participant.identity),
+        room_options=room_io.RoomOptions(
+            # the session follows the participant memory is kept for
+            participant_identity=caller.identity,
+            # LiveKit's noise cancellation, tuned for phone audio on SIP calls
+            audio_input=room_io.AudioInputOptions(
+                noise_cancellation=lambda params: (
+                    noise_cancellation.BVCTelephony()
+                    if params.participant.kind
+                    == rtc.ParticipantKind.PARTICIPANT_KIND_SIP
+                    else noise_cancellation.BVC()
+                ),
+            ),
+        ),
     )
 
 

@@ -9,9 +9,8 @@ real model from agent.py answers through LiveKit Inference. The stand-in's repli
 are fixed lines, printed as "agent (scripted)": what is real is what memory saved
 and the block the model received.
 
-Options: --url MEMORY_URL keeps the memory there (default: a temporary SQLite file when
-this project's backend is SQLite, removed after; otherwise MEMORY_URL from the
-environment).
+Options: --url MEMORY_URL keeps the memory there (default: MEMORY_URL from the
+environment, else a temporary SQLite file, removed after).
 """
 
 from __future__ import annotations
@@ -35,7 +34,9 @@ CALL_ONE = [
     "Hi, I'm Maria. I just moved to Lisbon for a new job.",
     "My sister Ana is visiting next week. She's vegetarian, so I need dinner ideas.",
 ]
-CALL_TWO = ["Can you remind me what my sister eats? I want to book a restaurant for her visit."]
+CALL_TWO = [
+    "Can you remind me what my sister eats? I want to book a restaurant for her visit."
+]
 
 SCRIPT_ONE = [
     "Hello! How can I help you today?",
@@ -62,8 +63,10 @@ async def run_call(
     model = model_for(script)
     async with AgentSession(llm=model) as session:
         # built exactly as this project's entrypoint builds it
-        assistant = await agent.build_agent(session, store, CALLER, call_id, model=model)
-        call = assistant.call
+        assistant = await agent.build_agent(
+            session, store, CALLER, call_id, model=model
+        )
+        call = assistant.memory
         greeted = first_reply(session)
         await session.start(assistant)
         await asyncio.wait_for(greeted.wait(), 30)
@@ -74,7 +77,9 @@ async def run_call(
             print(f"  caller: {text}")
             result: RunResult = await session.run(user_input=text)
             print_replies((event.item for event in result.events), who)
-    await call.aclose("demo call ended")  # as the job's shutdown callback: flush, summary
+    await call.aclose(
+        "demo call ended"
+    )  # as the job's shutdown callback: flush, summary
     return model
 
 
@@ -89,7 +94,9 @@ def print_replies(items, who: str) -> None:
 async def main(url: str) -> None:
     live = bool(os.getenv("LIVEKIT_API_KEY") and os.getenv("LIVEKIT_API_SECRET"))
     print(
-        f"model: {agent.LLM_MODEL} (live)" if live else "model: scripted stand-in (no LiveKit keys)"
+        f"model: {agent.LLM_MODEL} (live)"
+        if live
+        else "model: scripted stand-in (no LiveKit keys)"
     )
     print(f"memory: {memory.redact_url(url)}\n\n== call 1 ==")
     call_one, script_one = CALL_ONE, SCRIPT_ONE
@@ -120,26 +127,32 @@ async def main(url: str) -> None:
     if isinstance(model, ScriptedLLM):
         request = model.replies[-1]
         if blocks := memory_blocks(request):
-            print("\n== the memory block call 2's model received with the caller's question ==")
+            print(
+                "\n== the memory block call 2's model received with the caller's question =="
+            )
             print(textwrap.indent(blocks[0], "  "))
         else:
             # recipes that recall by tool keep the profile in the instructions instead
-            print("\n== the memory call 2's model had: the profile in its instructions ==")
+            print(
+                "\n== the memory call 2's model had: the profile in its instructions =="
+            )
             first = request.items[0]
-            said = first.text_content or "" if isinstance(first, llm.ChatMessage) else ""
+            said = (
+                first.text_content or "" if isinstance(first, llm.ChatMessage) else ""
+            )
             print(textwrap.indent(said[len(agent.INSTRUCTIONS) :].strip(), "  "))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="MEMORY_URL to use and keep, e.g. sqlite:///demo.db")
+    parser.add_argument(
+        "--url", help="MEMORY_URL to use and keep, e.g. sqlite:///demo.db"
+    )
     args = parser.parse_args()
     url = args.url or os.getenv("MEMORY_URL")
     if url:
         asyncio.run(main(url))
-    elif not Path(__file__).with_name("sqlite_store.py").exists():
-        parser.error("set MEMORY_URL (or pass --url): this project's store needs one (README.md)")
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            # a throwaway SQLite file; with another backend, set MEMORY_URL or --url
+            # a throwaway SQLite file; to try another backend, set MEMORY_URL or --url
             asyncio.run(main(f"sqlite:///{Path(tmp) / 'memory.db'}"))

@@ -59,7 +59,10 @@ async def export(store: memory.MemoryStore, caller_id: str) -> dict[str, Any]:
         "fact_history": [asdict(f) for f in await store.history(caller_id)],
         # the store lists summaries newest first; a caller's calls read oldest first
         "summaries": [
-            asdict(s) for s in sorted(await store.summaries(caller_id), key=lambda s: s.created_at)
+            asdict(s)
+            for s in sorted(
+                await store.summaries(caller_id), key=lambda s: s.created_at
+            )
         ],
         "exchanges": [asdict(e) for e in await store.exchanges(caller_id)],
     }
@@ -73,18 +76,19 @@ def show(data: dict[str, Any]) -> str:
     lines = [f"caller {data['caller_id']}"]
     lines.append(f"facts ({len(data['facts'])}):")
     lines += [
-        f"  {memory.fact_label(f['kind'])}: {_said(f['value'])} (learned {_day(f['learned_at'])})"
+        f"  {memory.facts.fact_label(f['kind'])}: {_said(f['value'])} (learned {_day(f['learned_at'])})"
         for f in data["facts"]
     ]
     history = data.get("fact_history", [])
     lines.append(f"replaced facts ({len(history)}):")
     lines += [
-        f"  {memory.fact_label(f['kind'])}: {_said(f['value'])} (replaced {_day(f['replaced_at'])})"
+        f"  {memory.facts.fact_label(f['kind'])}: {_said(f['value'])} (replaced {_day(f['replaced_at'])})"
         for f in history
     ]
     lines.append(f"call summaries ({len(data['summaries'])}):")
     lines += [
-        f"  {_day(s['created_at'])} {s['call_id']}: {_said(s['text'])}" for s in data["summaries"]
+        f"  {_day(s['created_at'])} {s['call_id']}: {_said(s['text'])}"
+        for s in data["summaries"]
     ]
     lines.append(f"exchanges ({len(data['exchanges'])}):")
     for e in data["exchanges"]:
@@ -93,7 +97,9 @@ def show(data: dict[str, Any]) -> str:
         if e["assistant_text"]:
             # under the caller's line, "agent:" lines up with "caller:"
             when = " " * len(_day(0.0)) if e["user_text"] else _day(e["created_at"])
-            cut = " (interrupted)" if e.get("interrupted") else ""  # the caller barged in
+            cut = (
+                " (interrupted)" if e.get("interrupted") else ""
+            )  # the caller barged in
             lines.append(f"  {when} agent:  {_said(e['assistant_text'])}{cut}")
     return "\n".join(lines)
 
@@ -113,7 +119,7 @@ async def run(args: argparse.Namespace, out: Any) -> None:
     if getattr(args, "caller_id", None) is not None:
         try:
             caller = memory.validate_caller_id(args.caller_id)
-        except memory.InvalidCallerId as exc:
+        except memory.InvalidCallerIdError as exc:
             raise UsageError(str(exc)) from None
     if args.command == "forget" and not args.yes:
         raise UsageError(f"forget erases everything about {caller}; add --yes to do it")
@@ -141,16 +147,20 @@ async def run(args: argparse.Namespace, out: Any) -> None:
                 # where the output's encoding cannot hold every character (a C locale
                 # without UTF-8 mode, cp1252), \u escapes keep the JSON whole and valid
                 plain = codecs.lookup(getattr(out, "encoding", None) or "utf-8").name
-                print(json.dumps(data, indent=2, ensure_ascii=plain != "utf-8"), file=out)
+                print(
+                    json.dumps(data, indent=2, ensure_ascii=plain != "utf-8"), file=out
+                )
         elif args.command == "forget":
             assert caller is not None
             n = await store.forget(caller, timeout=60.0)
             print(f"forgot {caller}: {n} rows deleted", file=out)
         elif args.command == "purge":
             if args.what:
-                days = {what: None for what in memory.PURGEABLE}
+                days: dict[str, float | None] = dict.fromkeys(memory.PURGEABLE)
                 days[args.what] = args.older_than_days
-                retention = memory.Retention(**{f"{k}_days": v for k, v in days.items()})
+                retention = memory.Retention(
+                    **{f"{k}_days": v for k, v in days.items()}
+                )
             else:
                 retention = memory.Retention.from_env()
             if not retention.any:
@@ -165,24 +175,33 @@ async def run(args: argparse.Namespace, out: Any) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memory_admin.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="memory_admin.py", description=__doc__.splitlines()[0]
+    )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("stats", help="counts of callers, exchanges, facts and summaries")
     callers = sub.add_parser("callers", help="caller ids, in order, a page at a time")
     callers.add_argument("--after", default="", help="list the ids after this one")
     callers.add_argument("--limit", type=int, default=100)
     for name, text in [
-        ("show", "one caller's memory: facts, then call summaries and exchanges oldest first"),
+        (
+            "show",
+            "one caller's memory: facts, then call summaries and exchanges oldest first",
+        ),
         ("export", "one caller's memory as JSON, in the same order"),
     ]:
         command = sub.add_parser(name, help=text, description=text)
         command.add_argument("caller_id")
         if name == "export":
-            command.add_argument("--out", help="write to this file instead of standard output")
+            command.add_argument(
+                "--out", help="write to this file instead of standard output"
+            )
     forget = sub.add_parser("forget", help="erase everything about one caller")
     forget.add_argument("caller_id")
     forget.add_argument("--yes", action="store_true", help="really erase")
-    purge = sub.add_parser("purge", help="delete what is older than the retention settings")
+    purge = sub.add_parser(
+        "purge", help="delete what is older than the retention settings"
+    )
     purge.add_argument("--what", choices=memory.PURGEABLE)
     purge.add_argument("--older-than-days", type=float)
     return p
@@ -199,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
-    except memory.StoreUnavailable as exc:  # its message says where and what to check
+    except (
+        memory.StoreUnavailableError
+    ) as exc:  # its message says where and what to check
         print(f"ERROR: the memory store failed: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # a driver's own error too: one line, not a traceback

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from livekit.agents import AgentSession
 
 import agent
@@ -30,7 +31,9 @@ async def test_the_next_call_greets_with_the_models_summary_of_the_last(store):
     async with call(store, CALLER, model) as (session, _):
         await session.run(user_input="Can I move my dentist appointment to Friday?")
     summary_request = model.requests[-1]
-    assert "Caller: Can I move my dentist appointment to Friday?" in str(summary_request.items)
+    assert "Caller: Can I move my dentist appointment to Friday?" in str(
+        summary_request.items
+    )
     assert [s.text for s in (await store.profile(CALLER)).summaries] == [SUMMARY]
 
     model = summarizing(SUMMARY)
@@ -58,7 +61,7 @@ async def test_a_slow_summary_cannot_hold_the_end_of_the_call_past_its_bound(sto
     model = summarizing(Slow(60, SUMMARY))
     session = AgentSession(llm=model)  # never started: the call ends before it begins
     assistant = await agent.build_agent(session, store, CALLER, "call-1", model=model)
-    call_memory = assistant.call
+    call_memory = assistant.memory
     call_memory.capture("user", "u1", "My order number is 8812.")
     call_memory.capture("assistant", "a1", "Thanks.")
     assert call_memory.summarize is not None
@@ -70,6 +73,7 @@ async def test_a_slow_summary_cannot_hold_the_end_of_the_call_past_its_bound(sto
     assert agent.SUMMARY_TIMEOUT < 10  # LiveKit's shutdown_process_timeout
 
 
+@pytest.mark.smoke  # the kit runs it for every backend x recipe
 async def test_the_real_shutdown_path_saves_the_models_summary(store_url):
     # The entrypoint run by LiveKit's own job machinery (tests/livekit_job.py): at the
     # hang-up LiveKit calls the shutdown callback with the reason; it must end the call

@@ -13,19 +13,26 @@ async def test_a_style_note_reaches_the_next_call_as_guidance_not_as_a_fact(stor
     model = ScriptedLLM(
         [
             "Hello!",
-            ToolCall("note_style", {"aspect": "length", "note": "Keep answers to one sentence"}),
+            ToolCall(
+                "note_style",
+                {"aspect": "length", "note": "Keep answers to one sentence"},
+            ),
             "Understood.",
         ]
     )
     async with call(store, CALLER, model) as (session, _):
-        await session.run(user_input="Please keep it short with me, I'm always in a hurry.")
+        await session.run(
+            user_input="Please keep it short with me, I'm always in a hurry."
+        )
     await store.remember(CALLER, memory.Fact.of("name", "Maria"))
 
     model = ScriptedLLM()
     async with call(store, CALLER, model, call_id="call-2") as (session, _):
         await session.run(user_input="What's the weather like for my trip?")
     block = memory_blocks(model.replies[-1])[0]
-    style, _, rest = block.partition(memory.STYLE_TITLE)[2].partition("Facts the caller gave:")
+    style, _, rest = block.partition(memory.STYLE_TITLE)[2].partition(
+        "Facts the caller gave:"
+    )
     assert '- "Keep answers to one sentence' in style
     assert 'name: "Maria"' in rest and "one sentence" not in rest
 
@@ -51,17 +58,28 @@ async def test_the_instructions_say_never_to_read_the_notes_out(store):
     model = ScriptedLLM()
     async with call(store, CALLER, model):
         pass
-    instructions = model.replies[0].items[0].text_content
+    instructions = " ".join(model.replies[0].items[0].text_content.split())
     assert "never read them out or mention them" in instructions
 
 
-async def test_an_aspect_outside_the_closed_set_is_refused_with_the_accepted_ones(store):
+async def test_an_aspect_outside_the_closed_set_is_refused_with_the_accepted_ones(
+    store,
+):
     model = ScriptedLLM(
-        ["Hello!", ToolCall("note_style", {"aspect": "vibes", "note": "Be chill"}), "Okay."]
+        [
+            "Hello!",
+            ToolCall("note_style", {"aspect": "vibes", "note": "Be chill"}),
+            "Okay.",
+        ]
     )
     async with call(store, CALLER, model) as (session, _):
         result = await session.run(user_input="Just keep the vibes chill.")
         result.expect.next_event().is_function_call(name="note_style")
-        refused = result.expect.next_event().is_function_call_output().event().item.output
-    assert refused == "Not saved: the aspect must be one of length, pace, order, tone, language."
+        refused = (
+            result.expect.next_event().is_function_call_output().event().item.output
+        )
+    assert (
+        refused
+        == "Not saved: the aspect must be one of length, pace, order, tone, language."
+    )
     assert (await store.profile(CALLER)).facts == ()

@@ -11,8 +11,12 @@ from tests.scripted_llm import ScriptedLLM, ToolCall
 CALLER = "caller-1"
 
 
-def forget(what: str, kind: str = "", confirmed: bool = False, value: str = "") -> ToolCall:
-    return ToolCall("forget", {"what": what, "kind": kind, "value": value, "confirmed": confirmed})
+def forget(
+    what: str, kind: str = "", confirmed: bool = False, value: str = ""
+) -> ToolCall:
+    return ToolCall(
+        "forget", {"what": what, "kind": kind, "value": value, "confirmed": confirmed}
+    )
 
 
 def tool_outputs(model: ScriptedLLM) -> list[str]:
@@ -31,7 +35,7 @@ def assert_index_holds(store_url: str, word: str, entries: int) -> None:
     their store tests; recall through the store is checked below for every backend.)"""
     if not store_url.startswith("sqlite:"):
         return
-    import sqlite_store
+    from memory import sqlite_store
 
     conn = sqlite3.connect(sqlite_store.path_of(store_url))
     try:
@@ -82,7 +86,9 @@ async def test_one_value_of_a_kind_with_several_is_forgotten_and_the_others_kept
         ]
     )
     async with call(store, CALLER, model) as (session, _):
-        await session.run(user_input="I'm not allergic to peanuts any more, forget that.")
+        await session.run(
+            user_input="I'm not allergic to peanuts any more, forget that."
+        )
         await session.run(user_input="Yes.")
     assert tool_outputs(model)[-2:] == [
         "Ask the caller to confirm that you should forget their allergy 'peanuts'.",
@@ -103,7 +109,9 @@ async def test_the_model_cannot_confirm_on_the_callers_behalf(store):
     )
     async with call(store, CALLER, model) as (session, _):
         await session.run(user_input="Forget my address.")
-    assert tool_outputs(model)[-1].startswith("Not done: ask the caller to confirm first")
+    assert tool_outputs(model)[-1].startswith(
+        "Not done: ask the caller to confirm first"
+    )
     assert (await store.profile(CALLER)).facts[0].value == "1 Placeholder Street"
 
 
@@ -112,7 +120,9 @@ async def test_everything_is_deleted_index_included_and_the_rest_of_the_call_is_
 ):
     await earlier_call(store, "My locker code is pineapple.")
     await store.remember(CALLER, memory.Fact.of("name", "Maria"))
-    assert_index_holds(store_url, "pineapple", 2)  # the caller's turn; the reply's context
+    assert_index_holds(
+        store_url, "pineapple", 2
+    )  # the caller's turn; the reply's context
     model = ScriptedLLM(
         [
             "Hello!",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from livekit.agents import AgentSession, llm, utils
 from livekit.agents.llm import realtime
 
@@ -60,7 +61,9 @@ class ScriptedRealtimeSession(realtime.RealtimeSession):
     def push_video(self, frame) -> None:
         pass
 
-    def generation(self, text: str, *, user_initiated: bool) -> realtime.GenerationCreatedEvent:
+    def generation(
+        self, text: str, *, user_initiated: bool
+    ) -> realtime.GenerationCreatedEvent:
         modalities: asyncio.Future = asyncio.get_running_loop().create_future()
         modalities.set_result(["text"])
         message = realtime.MessageGeneration(
@@ -77,7 +80,9 @@ class ScriptedRealtimeSession(realtime.RealtimeSession):
 
     def generate_reply(self, *, instructions=None, tool_choice=None, tools=None):
         future = asyncio.get_running_loop().create_future()
-        future.set_result(self.generation(self._model.next_reply(), user_initiated=True))
+        future.set_result(
+            self.generation(self._model.next_reply(), user_initiated=True)
+        )
         return future
 
     def commit_audio(self) -> None:
@@ -89,7 +94,9 @@ class ScriptedRealtimeSession(realtime.RealtimeSession):
     def interrupt(self) -> None:
         pass
 
-    def truncate(self, *, message_id, modalities, audio_end_ms, audio_transcript=None) -> None:
+    def truncate(
+        self, *, message_id, modalities, audio_end_ms, audio_transcript=None
+    ) -> None:
         pass
 
     async def aclose(self) -> None:
@@ -141,7 +148,9 @@ class ScriptedRealtime(realtime.RealtimeModel):
     def next_reply(self) -> str:
         return self.replies.pop(0) if self.replies else "OK."
 
-    def session(self, *, turn_detection_disabled: bool = False) -> ScriptedRealtimeSession:
+    def session(
+        self, *, turn_detection_disabled: bool = False
+    ) -> ScriptedRealtimeSession:
         self.sessions.append(ScriptedRealtimeSession(self))
         return self.sessions[-1]
 
@@ -156,18 +165,22 @@ async def realtime_call(store, model: ScriptedRealtime, call_id: str = "call-1")
     assistant = await agent.build_agent(session, store, CALLER, call_id, model=model)
     await session.start(assistant)
     await asyncio.sleep(0.2)  # the greeting
-    return session, assistant.call, assistant
+    return session, assistant.memory, assistant
 
 
 async def test_the_profile_is_in_the_instructions_the_provider_receives(store):
     await store.remember(CALLER, memory.Fact.of("name", "Maria"))
-    session, call_memory, assistant = await realtime_call(store, ScriptedRealtime(["Hi Maria!"]))
+    session, call_memory, assistant = await realtime_call(
+        store, ScriptedRealtime(["Hi Maria!"])
+    )
     assert 'name: "Maria"' in assistant.instructions
     await session.aclose()
     await call_memory.aclose("participant hung up")
 
 
-async def test_spoken_turns_are_saved_though_each_transcript_comes_after_its_reply(store):
+async def test_spoken_turns_are_saved_though_each_transcript_comes_after_its_reply(
+    store,
+):
     model = ScriptedRealtime(["Hello!"])
     session, call_memory, _ = await realtime_call(store, model)
     provider = model.sessions[-1]
@@ -182,10 +195,14 @@ async def test_spoken_turns_are_saved_though_each_transcript_comes_after_its_rep
     ]
 
 
-async def test_without_input_transcription_nothing_is_saved_and_the_log_says_so(store, caplog):
+async def test_without_input_transcription_nothing_is_saved_and_the_log_says_so(
+    store, caplog
+):
     model = ScriptedRealtime(["Hello!"], transcription=False)
     session, call_memory, _ = await realtime_call(store, model)
-    await model.sessions[-1].caller_speaks("My sister Ana is vegetarian.", reply="Good to know.")
+    await model.sessions[-1].caller_speaks(
+        "My sister Ana is vegetarian.", reply="Good to know."
+    )
     await session.aclose()
     await call_memory.aclose("participant hung up")
     assert await store.exchanges(CALLER) == []
@@ -193,7 +210,10 @@ async def test_without_input_transcription_nothing_is_saved_and_the_log_says_so(
 
 
 async def test_the_recall_tool_finds_an_earlier_call(store):
-    async with call(store, CALLER, ScriptedRealtime(["Hello!", "Good to know."])) as (session, _):
+    async with call(store, CALLER, ScriptedRealtime(["Hello!", "Good to know."])) as (
+        session,
+        _,
+    ):
         await session.run(user_input="My sister Ana is vegetarian.")
     session, call_memory, assistant = await realtime_call(
         store, ScriptedRealtime([]), call_id="call-2"
@@ -216,7 +236,10 @@ async def test_the_real_model_is_built_with_input_transcription(monkeypatch):
         await model.aclose()
 
 
-async def test_the_real_entrypoint_gives_the_provider_the_profile_and_saves_the_call(store_url):
+@pytest.mark.smoke  # the kit runs it for every backend x recipe
+async def test_the_real_entrypoint_gives_the_provider_the_profile_and_saves_the_call(
+    store_url,
+):
     # The entrypoint run by LiveKit's own job machinery (tests/livekit_job.py), with
     # the scripted realtime model standing in for the provider.
     stand_in = "tests.test_recipe_realtime:ScriptedRealtime"
@@ -226,14 +249,24 @@ async def test_the_real_entrypoint_gives_the_provider_the_profile_and_saves_the_
         script=["Hello!", "Good to know."],
         model=stand_in,
     )
-    assert first["returncode"] == 0 and "Traceback" not in first["log"], first["log"][-3000:]
+    assert first["returncode"] == 0 and "Traceback" not in first["log"], first["log"][
+        -3000:
+    ]
     store = memory.open_store(store_url)
-    assert [(e.user_text, e.assistant_text) for e in await store.exchanges("alice")] == [
+    assert [
+        (e.user_text, e.assistant_text) for e in await store.exchanges("alice")
+    ] == [
         ("", "Hello!"),  # the call's opening
         ("My sister Ana is vegetarian.", "Good to know."),
     ]
-    assert len((await store.profile("alice")).summaries) == 1  # the shutdown callback ran
+    assert (
+        len((await store.profile("alice")).summaries) == 1
+    )  # the shutdown callback ran
     await store.close()
-    second = run_job(store_url, ["What does my sister eat?"], script=["Hi again!"], model=stand_in)
-    assert second["returncode"] == 0 and "Traceback" not in second["log"], second["log"][-3000:]
+    second = run_job(
+        store_url, ["What does my sister eat?"], script=["Hi again!"], model=stand_in
+    )
+    assert second["returncode"] == 0 and "Traceback" not in second["log"], second[
+        "log"
+    ][-3000:]
     assert any("My sister Ana is vegetarian." in i for i in second["instructions"])

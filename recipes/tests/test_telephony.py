@@ -11,6 +11,7 @@ from livekit.rtc._proto import handle_pb2, participant_pb2
 
 import agent
 import memory
+from memory import livekit_adapter
 from tests.conftest import call
 from tests.livekit_job import run_job
 from tests.scripted_llm import ScriptedLLM, ToolCall
@@ -21,21 +22,24 @@ NUMBER = "+15550100200"
 def sip_caller(number: str) -> rtc.RemoteParticipant:
     """A real rtc.RemoteParticipant as LiveKit's SIP service creates it."""
     info = participant_pb2.ParticipantInfo(
-        identity=f"sip_{number}", kind=participant_pb2.ParticipantKind.PARTICIPANT_KIND_SIP
+        identity=f"sip_{number}",
+        kind=participant_pb2.ParticipantKind.PARTICIPANT_KIND_SIP,
     )
     info.attributes["sip.phoneNumber"] = number
-    owned = participant_pb2.OwnedParticipant(handle=handle_pb2.FfiOwnedHandle(id=0), info=info)
+    owned = participant_pb2.OwnedParticipant(
+        handle=handle_pb2.FfiOwnedHandle(id=0), info=info
+    )
     return rtc.RemoteParticipant(owned)
 
 
 def test_the_caller_is_the_number_in_e164_form():
-    assert agent.caller_id_for(sip_caller("+1 (555) 010-0200"), {}) == NUMBER
+    assert livekit_adapter.caller_id_for(sip_caller("+1 (555) 010-0200"), {}) == NUMBER
 
 
 @pytest.mark.parametrize("number", ["", "anonymous", "Restricted"])
 def test_a_withheld_number_is_refused_so_memory_is_off(number):
-    with pytest.raises(memory.InvalidCallerId):
-        agent.caller_id_for(sip_caller(number), {})
+    with pytest.raises(memory.InvalidCallerIdError):
+        livekit_adapter.caller_id_for(sip_caller(number), {})
 
 
 async def test_a_new_number_is_asked_for_consent_and_nothing_is_kept_before_yes(store):
@@ -49,7 +53,10 @@ async def test_a_new_number_is_asked_for_consent_and_nothing_is_kept_before_yes(
         ]
     )
     async with call(store, NUMBER, model) as (session, _):
-        assert "ask whether you may remember this call" in model.replies[0].items[-1].text_content
+        assert (
+            "ask whether you may remember this call"
+            in model.replies[0].items[-1].text_content
+        )
         await session.run(user_input="My account number is 4417.")
         await session.run(user_input="Yes, you can.")
         await session.run(user_input="My new address is 1 Placeholder Street.")
@@ -57,13 +64,20 @@ async def test_a_new_number_is_asked_for_consent_and_nothing_is_kept_before_yes(
     # after yes ("Thank you.") comes before any captured caller words, so it is the
     # call's opening (the agent's words alone)
     saved = [(e.user_text, e.assistant_text) for e in await store.exchanges(NUMBER)]
-    assert saved == [("", "Thank you."), ("My new address is 1 Placeholder Street.", "Noted.")]
+    assert saved == [
+        ("", "Thank you."),
+        ("My new address is 1 Placeholder Street.", "Noted."),
+    ]
     assert (await store.profile(NUMBER)).facts[0].value == "yes"
 
 
 async def test_a_caller_who_said_no_is_not_asked_again_and_nothing_is_kept(store):
     model = ScriptedLLM(
-        ["Hello! May I remember this call?", ToolCall("record_consent", {"agreed": False}), "Okay."]
+        [
+            "Hello! May I remember this call?",
+            ToolCall("record_consent", {"agreed": False}),
+            "Okay.",
+        ]
     )
     async with call(store, NUMBER, model) as (session, _):
         await session.run(user_input="No, please don't.")
@@ -83,7 +97,9 @@ async def test_no_fact_is_kept_from_a_caller_who_said_no(store):
             "Hello! May I remember this call?",
             ToolCall("record_consent", {"agreed": False}),
             "Okay.",
-            ToolCall("remember", {"kind": "home address", "value": "1 Placeholder Street"}),
+            ToolCall(
+                "remember", {"kind": "home address", "value": "1 Placeholder Street"}
+            ),
             "Noted.",
         ]
     )
@@ -132,7 +148,10 @@ async def livekit_api():
                 {
                     "code": "deadline_exceeded",
                     "msg": "no answer",
-                    "meta": {"sip_status_code": "480", "sip_status": "Temporarily Unavailable"},
+                    "meta": {
+                        "sip_status_code": "480",
+                        "sip_status": "Temporarily Unavailable",
+                    },
                 },
                 status=408,
             )
@@ -142,10 +161,14 @@ async def livekit_api():
             room_name=create.room_name,
             sip_call_id="SCL_1",
         )
-        return web.Response(body=info.SerializeToString(), content_type="application/protobuf")
+        return web.Response(
+            body=info.SerializeToString(), content_type="application/protobuf"
+        )
 
     app = web.Application()
-    app.router.add_post("/twirp/livekit.SIP/CreateSIPParticipant", create_sip_participant)
+    app.router.add_post(
+        "/twirp/livekit.SIP/CreateSIPParticipant", create_sip_participant
+    )
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -165,7 +188,9 @@ async def test_an_outbound_call_that_is_answered_goes_ahead(livekit_api):
     assert dialed[-1].sip_call_to == ANSWERS and dialed[-1].wait_until_answered
 
 
-async def test_an_outbound_call_nobody_answers_ends_before_memory_is_touched(livekit_api, caplog):
+async def test_an_outbound_call_nobody_answers_ends_before_memory_is_touched(
+    livekit_api, caplog
+):
     lkapi, _ = livekit_api
     with caplog.at_level(logging.INFO, logger="agent"):
         assert await agent.dial(lkapi, "room-1", NO_ANSWER) is False
@@ -175,6 +200,7 @@ async def test_an_outbound_call_nobody_answers_ends_before_memory_is_touched(liv
     assert source.index("await dial(") < source.index("build_agent(")
 
 
+@pytest.mark.smoke  # the kit runs it for every backend x recipe
 async def test_through_the_real_entrypoint_a_sip_caller_is_remembered_by_number_after_yes(
     store_url,
 ):

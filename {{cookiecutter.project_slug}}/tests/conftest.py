@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 import pytest
 from livekit.agents import AgentSession
 
-import agent
 import memory
 from tests.scripted_llm import ScriptedLLM, first_reply
 from tests.store_fixtures import store_url  # noqa: F401  (the backend's fixture)
@@ -37,16 +36,20 @@ async def call(
     conversation_item_added, the Assistant's llm_node for recall); ``call_options``
     set CallMemory attributes (e.g. ``recall_budget``). The on_enter greeting takes
     the model's first reply; with ``greets`` (the default) the call begins once it
-    has been said. Leaving closes the session (Assistant.on_exit flushes), then ends
+    has been said. Leaving closes the session, then ends
     the call's memory as the job's shutdown callback does, with a reason."""
+    import agent  # here, so the memory folder's own tests never import agent.py
+
     async with AgentSession(llm=model) as session:
-        assistant = await agent.build_agent(session, store, caller_id, call_id, model=model)
+        assistant = await agent.build_agent(
+            session, store, caller_id, call_id, model=model
+        )
         for name, value in call_options.items():
-            setattr(assistant.call, name, value)
+            setattr(assistant.memory, name, value)
         greeted = first_reply(session)
         await session.start(assistant)
         if greets:
             # the on_enter greeting: let it finish, as a caller would hear it first
             await asyncio.wait_for(greeted.wait(), 10)
-        yield session, assistant.call
-    await assistant.call.aclose("participant hung up")
+        yield session, assistant.memory
+    await assistant.memory.aclose("participant hung up")

@@ -34,27 +34,35 @@ class InMemoryStore:
 
     def __init__(self) -> None:
         self._exchanges: dict[str, memory.Exchange] = {}
-        self._facts: dict[str, list[memory.Fact]] = {}  # caller id -> values, history too
+        self._facts: dict[
+            str, list[memory.Fact]
+        ] = {}  # caller id -> values, history too
         self._summaries: dict[tuple[str, str], memory.Summary] = {}
         self.closed = False
 
     def _check(self) -> None:
         if self.closed:
-            raise memory.StoreUnavailable("the memory store is closed")
+            raise memory.StoreUnavailableError("the memory store is closed")
 
     async def save(self, exchange: memory.Exchange) -> None:
         self._check()
         self._exchanges[exchange.key] = exchange
 
     async def remember(
-        self, caller_id: str, fact: memory.Fact, *, timeout: float = memory.WRITE_TIMEOUT
+        self,
+        caller_id: str,
+        fact: memory.Fact,
+        *,
+        timeout: float = memory.WRITE_TIMEOUT,
     ) -> memory.Remembered:
         self._check()
         rows = self._facts.setdefault(caller_id, [])
         held = [f for f in rows if f.kind == fact.kind and f.replaced_at is None]
         change = memory.reconcile(held, fact)
         for old in change.retire:
-            rows[rows.index(old)] = dataclasses.replace(old, replaced_at=fact.updated_at)
+            rows[rows.index(old)] = dataclasses.replace(
+                old, replaced_at=fact.updated_at
+            )
         if change.confirm is not None:
             same = next(f for f in held if f.value == change.confirm.value)
             rows[rows.index(same)] = change.confirm
@@ -64,7 +72,9 @@ class InMemoryStore:
 
     async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
         self._check()
-        self._summaries[(caller_id, call_id)] = memory.Summary(call_id, text, time.time())
+        self._summaries[(caller_id, call_id)] = memory.Summary(
+            call_id, text, time.time()
+        )
 
     async def forget(
         self,
@@ -78,11 +88,13 @@ class InMemoryStore:
         self._check()
         if kind is not None:
             rows = self._facts.get(caller_id, [])
-            gone_facts = memory.matching_facts(rows, kind, value)
+            gone_facts = memory.facts.matching_facts(rows, kind, value)
             self._facts[caller_id] = [f for f in rows if f not in gone_facts]
             return len(gone_facts)
         gone = [k for k, e in self._exchanges.items() if e.caller_id == caller_id]
-        gone = [k for k in gone if call_id is None or self._exchanges[k].call_id == call_id]
+        gone = [
+            k for k in gone if call_id is None or self._exchanges[k].call_id == call_id
+        ]
         summaries = [k for k in self._summaries if k[0] == caller_id]
         summaries = [k for k in summaries if call_id is None or k[1] == call_id]
         facts = self._facts.pop(caller_id, []) if call_id is None else []
@@ -150,7 +162,9 @@ class InMemoryStore:
     async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
         self._check()
         ids = {e.caller_id for e in self._exchanges.values()}
-        ids |= {c for c, rows in self._facts.items() if rows} | {c for c, _ in self._summaries}
+        ids |= {c for c, rows in self._facts.items() if rows} | {
+            c for c, _ in self._summaries
+        }
         return sorted(c for c in ids if c > after)[:limit]
 
     async def purge(self, *, before: float, what: str) -> int:
@@ -202,7 +216,9 @@ class StoreWrapper:
 
         return method
 
-    async def around(self, name: str, method: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    async def around(
+        self, name: str, method: Callable[..., Any], args: tuple, kwargs: dict
+    ) -> Any:
         return await method(*args, **kwargs)
 
 
@@ -254,7 +270,9 @@ class Failing(StoreWrapper):
     ) -> None:
         super().__init__(inner)
         self.methods = set(methods)
-        self.error = error or memory.StoreUnavailable("the store is down (test double)")
+        self.error = error or memory.StoreUnavailableError(
+            "the store is down (test double)"
+        )
         self.times, self.when = times, when
         self.failed = 0
 

@@ -93,7 +93,15 @@ def run_job(
 # -- the child ----------------------------------------------------------------------
 
 
-LOCAL_HOSTS = {None, "localhost", "127.0.0.1", "::1", b"localhost", b"127.0.0.1", b"::1"}
+LOCAL_HOSTS = {
+    None,
+    "localhost",
+    "127.0.0.1",
+    "::1",
+    b"localhost",
+    b"127.0.0.1",
+    b"::1",
+}
 
 
 def _offline() -> None:
@@ -103,7 +111,9 @@ def _offline() -> None:
 
     def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
         if host not in LOCAL_HOSTS:
-            logging.getLogger("tests.livekit_job").error("the job tried to reach %s", host)
+            logging.getLogger("tests.livekit_job").error(
+                "the job tried to reach %s", host
+            )
             raise OSError(f"offline test job: {host!r} is not reachable")
         return resolve(host, *args, **kwargs)
 
@@ -141,7 +151,9 @@ def _child(spec: dict[str, Any]) -> int:
     script = [reply(r) for r in spec["script"]]
     # only given when set, so a stand-in without fact extraction (realtime) still fits
     extract = (
-        {} if spec.get("extract") is None else {"extract": [reply(r) for r in spec["extract"]]}
+        {}
+        if spec.get("extract") is None
+        else {"extract": [reply(r) for r in spec["extract"]]}
     )
     module, name = spec["model"].split(":")
     stand_in = getattr(importlib.import_module(module), name)
@@ -194,7 +206,9 @@ def _child(spec: dict[str, Any]) -> int:
         )
         info = RunningJobInfo(
             worker_id=server._id,
-            accept_arguments=JobAcceptArguments(identity="console", name="", metadata=""),
+            accept_arguments=JobAcceptArguments(
+                identity="console", name="", metadata=""
+            ),
             job=job,
             url="",
             token="",
@@ -211,13 +225,16 @@ def _child(spec: dict[str, Any]) -> int:
         loop = console.io_loop
 
         async def on_job_loop(coro: Any) -> Any:
-            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+            return await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(coro, loop)
+            )
 
         async def greeted() -> None:
             # the on_enter greeting is said before the caller speaks
             for _ in range(500):
                 if any(
-                    i.type == "message" and i.role == "assistant" for i in session.history.items
+                    i.type == "message" and i.role == "assistant"
+                    for i in session.history.items
                 ):
                     return
                 await asyncio.sleep(0.02)
@@ -230,7 +247,9 @@ def _child(spec: dict[str, Any]) -> int:
         for text in spec["turns"]:
             await on_job_loop(typed(text))
         history.extend(
-            [i.role, i.text_content or ""] for i in session.history.items if i.type == "message"
+            [i.role, i.text_content or ""]
+            for i in session.history.items
+            if i.type == "message"
         )
         ran = type(session.current_agent)
         agent_class.append(f"{ran.__module__}.{ran.__qualname__}")
@@ -263,7 +282,9 @@ def _child(spec: dict[str, Any]) -> int:
         ],
         "agent_class": agent_class[0] if agent_class else "",
         # what a realtime stand-in was told (it gets instructions, not requests)
-        "instructions": [i for m in models_made for i in getattr(m, "instructions", [])],
+        "instructions": [
+            i for m in models_made for i in getattr(m, "instructions", [])
+        ],
         "seconds": time.monotonic() - started,
     }
     print(RESULT + json.dumps(result), flush=True)

@@ -53,7 +53,7 @@ class ScriptedLLM(llm.LLM):
     text reply word by word with that pause, so a test can interrupt it midway.
     ``requests`` holds a copy of every chat context received, in order, except the
     fact-extraction requests made when a call ends (those that start with
-    memory.EXTRACT_INSTRUCTIONS): ``extractions`` holds those, and ``extract`` (a list
+    memory.extraction.EXTRACT_INSTRUCTIONS): ``extractions`` holds those, and ``extract`` (a list
     of replies, used in order) answers them; '{"facts": []}' once it runs out.
     """
 
@@ -76,7 +76,9 @@ class ScriptedLLM(llm.LLM):
         """The requests the agent made for its replies: those that start with the
         agent's instructions (LiveKit gives that message a fixed id). Requests that
         code makes itself with the same model, such as a call summary, are left out."""
-        return [r for r in self.requests if r.items and r.items[0].id == INSTRUCTIONS_ID]
+        return [
+            r for r in self.requests if r.items and r.items[0].id == INSTRUCTIONS_ID
+        ]
 
     def chat(
         self,
@@ -91,12 +93,16 @@ class ScriptedLLM(llm.LLM):
             first is not None
             and first.type == "message"
             and first.role == "system"
-            and (first.text_content == memory.EXTRACT_INSTRUCTIONS)
+            and (first.text_content == memory.extraction.EXTRACT_INSTRUCTIONS)
         ):
             self.extractions.append(chat_ctx.copy())
             answer: Reply = self._extract.pop(0) if self._extract else '{"facts": []}'
             return _ScriptedStream(
-                self, answer, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options
+                self,
+                answer,
+                chat_ctx=chat_ctx,
+                tools=tools or [],
+                conn_options=conn_options,
             )
         self.requests.append(chat_ctx.copy())
         if callable(self._script):
@@ -129,18 +135,24 @@ class _ScriptedStream(llm.LLMStream):
             if self._reply.say:
                 self._event_ch.send_nowait(
                     ChatChunk(
-                        id="scripted", delta=ChoiceDelta(role="assistant", content=self._reply.say)
+                        id="scripted",
+                        delta=ChoiceDelta(role="assistant", content=self._reply.say),
                     )
                 )
             self._event_ch.send_nowait(
-                ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", tool_calls=[call]))
+                ChatChunk(
+                    id="scripted",
+                    delta=ChoiceDelta(role="assistant", tool_calls=[call]),
+                )
             )
             return
         words = self._reply.split(" ") if self._delay else [self._reply]
         for n, word in enumerate(words):
             text = word if n == 0 else " " + word
             self._event_ch.send_nowait(
-                ChatChunk(id="scripted", delta=ChoiceDelta(role="assistant", content=text))
+                ChatChunk(
+                    id="scripted", delta=ChoiceDelta(role="assistant", content=text)
+                )
             )
             if self._delay:
                 await asyncio.sleep(self._delay)

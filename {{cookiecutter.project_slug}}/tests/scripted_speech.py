@@ -31,19 +31,30 @@ class SilentMicrophone(AudioInput):
     async def __anext__(self) -> rtc.AudioFrame:
         await asyncio.sleep(0.01)
         return rtc.AudioFrame(
-            b"\x00\x00" * 160, sample_rate=16000, num_channels=1, samples_per_channel=160
+            b"\x00\x00" * 160,
+            sample_rate=16000,
+            num_channels=1,
+            samples_per_channel=160,
         )
 
 
 class ScriptedSTT(stt.STT):
     def __init__(self) -> None:
-        super().__init__(capabilities=stt.STTCapabilities(streaming=True, interim_results=True))
-        self._stream: asyncio.Future[_ScriptedStream] = asyncio.get_event_loop().create_future()
+        super().__init__(
+            capabilities=stt.STTCapabilities(streaming=True, interim_results=True)
+        )
+        self._stream: asyncio.Future[_ScriptedStream] = (
+            asyncio.get_event_loop().create_future()
+        )
 
-    async def _recognize_impl(self, buffer, *, language=None, conn_options=None) -> stt.SpeechEvent:
+    async def _recognize_impl(
+        self, buffer, *, language=None, conn_options=None
+    ) -> stt.SpeechEvent:
         raise NotImplementedError("ScriptedSTT only streams")
 
-    def stream(self, *, language=None, conn_options=DEFAULT_API_CONNECT_OPTIONS) -> _ScriptedStream:
+    def stream(
+        self, *, language=None, conn_options=DEFAULT_API_CONNECT_OPTIONS
+    ) -> _ScriptedStream:
         stream = _ScriptedStream(stt=self, conn_options=conn_options)
         if not self._stream.done():
             self._stream.set_result(stream)
@@ -70,9 +81,13 @@ class _ScriptedStream(stt.RecognizeStream):
 
     def send(self, kind: stt.SpeechEventType, text: str | None = None) -> None:
         alternatives = (
-            [stt.SpeechData(language=LanguageCode("en"), text=text)] if text is not None else []
+            [stt.SpeechData(language=LanguageCode("en"), text=text)]
+            if text is not None
+            else []
         )
-        self._event_ch.send_nowait(stt.SpeechEvent(type=kind, alternatives=alternatives))
+        self._event_ch.send_nowait(
+            stt.SpeechEvent(type=kind, alternatives=alternatives)
+        )
 
 
 class SilentTTS(tts.TTS):
@@ -80,11 +95,16 @@ class SilentTTS(tts.TTS):
 
     def __init__(self) -> None:
         super().__init__(
-            capabilities=tts.TTSCapabilities(streaming=False), sample_rate=16000, num_channels=1
+            capabilities=tts.TTSCapabilities(streaming=False),
+            sample_rate=16000,
+            num_channels=1,
         )
 
     def synthesize(
-        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+        self,
+        text: str,
+        *,
+        conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
     ) -> _Silence:
         return _Silence(tts=self, input_text=text, conn_options=conn_options)
 
@@ -92,7 +112,10 @@ class SilentTTS(tts.TTS):
 class _Silence(tts.ChunkedStream):
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         output_emitter.initialize(
-            request_id="silence", sample_rate=16000, num_channels=1, mime_type="audio/pcm"
+            request_id="silence",
+            sample_rate=16000,
+            num_channels=1,
+            mime_type="audio/pcm",
         )
         output_emitter.push(b"\x00\x00" * 160)
         output_emitter.flush()

@@ -16,8 +16,8 @@ from livekit import rtc
 from livekit.agents import ConversationItemAddedEvent, llm
 from livekit.rtc._proto import handle_pb2, participant_pb2
 
-import agent
 import memory
+from memory import livekit_adapter
 from tests.conftest import call
 from tests.doubles import Counting, Failing, Slow, StoreWrapper, make_exchange
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
@@ -42,12 +42,17 @@ def last_block(model: ScriptedLLM) -> str:
 
 
 def history_text(session) -> str:
-    return "\n".join(i.text_content or "" for i in session.history.items if i.type == "message")
+    return "\n".join(
+        i.text_content or "" for i in session.history.items if i.type == "message"
+    )
 
 
 async def test_call_two_hears_what_call_one_said(store_url):
     first = memory.open_store(store_url)
-    async with call(first, ALICE, ScriptedLLM(["Hello!", "Lisbon is lovely."])) as (session, _):
+    async with call(first, ALICE, ScriptedLLM(["Hello!", "Lisbon is lovely."])) as (
+        session,
+        _,
+    ):
         await say(session, "My sister Ana just moved to Lisbon.")
     await first.close()
 
@@ -68,12 +73,16 @@ async def test_call_two_hears_what_call_one_said(store_url):
 async def test_a_call_at_8_30_pm_in_los_angeles_on_29_november_is_dated_29_november(
     store, monkeypatch
 ):
-    monkeypatch.setenv(memory.TIMEZONE_SETTING, "America/Los_Angeles")
+    monkeypatch.setenv(memory.dates.TIMEZONE_SETTING, "America/Los_Angeles")
     la_evening = 1796013000.0  # 2026-11-29 20:30 in Los Angeles = 2026-11-30 04:30 UTC
-    await store.save(make_exchange(1, ALICE, "I booked the dentist for Tuesday", at=la_evening))
+    await store.save(
+        make_exchange(1, ALICE, "I booked the dentist for Tuesday", at=la_evening)
+    )
     two_days_later = la_evening + 2 * 86400
     model = ScriptedLLM()
-    async with call(store, ALICE, model, call_id="call-2", clock=lambda: two_days_later) as (
+    async with call(
+        store, ALICE, model, call_id="call-2", clock=lambda: two_days_later
+    ) as (
         session,
         _,
     ):
@@ -93,13 +102,19 @@ async def test_a_fact_the_caller_asks_about_is_never_dropped_for_newer_ones(stor
     model = ScriptedLLM()
     async with call(store, ALICE, model) as (session, _):
         await say(session, "Which medicine am I allergic to?")
-    assert allergy not in last_block_of(model.requests[0])  # the greeting's, no question
+    assert allergy not in last_block_of(
+        model.requests[0]
+    )  # the greeting's, no question
     assert allergy in last_block(model)
 
 
 async def test_the_agents_past_claim_is_never_presented_as_the_callers_words(store):
     model = ScriptedLLM(
-        ["Hi!", "Since you're allergic to peanuts, I'll ask for a nut-free table.", "Noted."]
+        [
+            "Hi!",
+            "Since you're allergic to peanuts, I'll ask for a nut-free table.",
+            "Noted.",
+        ]
     )
     async with call(store, ALICE, model) as (session, _):
         await say(session, "Can you book me a table at Luigi's for Friday?")
@@ -121,7 +136,9 @@ async def test_the_block_sits_just_before_the_callers_latest_words(store):
         await say(session, "What's my name?")
     items = [i for i in model.replies[-1].items if i.type == "message"]
     assert items[-1].role == "user" and items[-1].text_content == "What's my name?"
-    assert items[-2].role == "system" and 'name: "Alice"' in (items[-2].text_content or "")
+    assert items[-2].role == "system" and 'name: "Alice"' in (
+        items[-2].text_content or ""
+    )
 
 
 async def test_another_caller_hears_nothing_of_it(store):
@@ -132,7 +149,12 @@ async def test_another_caller_hears_nothing_of_it(store):
         await say(session, "What is my locker code and my dog's name?")
     assert last_block(model).splitlines()[0] == memory.NOTHING_KNOWN
     # the messages' words only: str(items) holds timestamps, where "4417" can occur
-    said = [i.text_content or "" for r in model.replies for i in r.items if i.type == "message"]
+    said = [
+        i.text_content or ""
+        for r in model.replies
+        for i in r.items
+        if i.type == "message"
+    ]
     assert not any("4417" in text or "Biscuit" in text for text in said)
 
 
@@ -244,12 +266,14 @@ async def test_while_the_store_is_down_replies_skip_recall_until_a_probe_finds_i
             call_memory.health.probe_at = 0.0
             await say(session, "Question 4?")
             assert down.calls["recall"] == 2 and outcomes[-1] == "skipped"
-            assert call_memory._probe is not None
-            await asyncio.wait_for(call_memory._probe, 5)
+            assert call_memory.recaller._probe is not None
+            await asyncio.wait_for(call_memory.recaller._probe, 5)
             await say(session, "Question 5?")
             assert down.calls["recall"] == 3 and outcomes[-1] == "nothing known"
             assert memory.MEMORY_UNAVAILABLE not in last_block(model)
-    said = [r.getMessage() for r in caplog.records if "memory: the store" in r.getMessage()]
+    said = [
+        r.getMessage() for r in caplog.records if "memory: the store" in r.getMessage()
+    ]
     assert len(said) == 2, said
     assert "store is unavailable" in said[0] and "answers again" in said[1]
     # nothing was lost meanwhile: every turn was saved (and the greeting, the opening)
@@ -285,7 +309,9 @@ class Unshowable(StoreWrapper):
         return got
 
 
-async def test_a_row_the_block_cannot_show_is_left_out_and_costs_no_reply(store, caplog):
+async def test_a_row_the_block_cannot_show_is_left_out_and_costs_no_reply(
+    store, caplog
+):
     # A malformed row once raised out of block_for, inside llm_node: no greeting, no
     # reply, and the session's error ended the call.
     await store.remember(ALICE, memory.Fact.of("name", "Alice"))
@@ -302,7 +328,9 @@ async def test_a_row_the_block_cannot_show_is_left_out_and_costs_no_reply(store,
         (block,) = memory_blocks(request)
         assert 'name: "Alice"' in block and "An old call" not in block
         assert memory.MEMORY_UNAVAILABLE not in block
-    warnings = [r for r in caplog.records if "could not show a remembered row" in r.getMessage()]
+    warnings = [
+        r for r in caplog.records if "could not show a remembered row" in r.getMessage()
+    ]
     assert len(warnings) == 1
     assert [e.user_text for e in await store.exchanges(ALICE)] == [
         "",
@@ -327,7 +355,11 @@ async def test_memory_never_enters_session_history_or_the_agent_context(store):
 async def test_a_tool_call_reply_recalls_once(store):
     store = Counting(store)
     model = ScriptedLLM(
-        ["Hi!", ToolCall("remember", {"kind": "home city", "value": "Porto"}), "Got it."]
+        [
+            "Hi!",
+            ToolCall("remember", {"kind": "home city", "value": "Porto"}),
+            "Got it.",
+        ]
     )
     async with call(store, ALICE, model) as (session, _):
         before = store.calls["recall"]
@@ -358,7 +390,11 @@ async def test_remember_replaces_an_older_value_of_the_same_kind(store):
     assert [(f.kind, f.value) for f in facts] == [("home_city", "Porto")]
     # the model was told what the second save replaced (read from the turn's own
     # request: a recipe may send one more request when the call ends, e.g. call_summary)
-    turn = next(r for r in reversed(model.requests) if r.items[-1].type == "function_call_output")
+    turn = next(
+        r
+        for r in reversed(model.requests)
+        if r.items[-1].type == "function_call_output"
+    )
     outputs = [i.output for i in turn.items if i.type == "function_call_output"]
     assert (
         outputs[-1]
@@ -368,21 +404,30 @@ async def test_remember_replaces_an_older_value_of_the_same_kind(store):
 
 
 async def test_a_bad_fact_comes_back_to_the_model_as_a_sentence(store):
-    model = ScriptedLLM(["Hi!", ToolCall("remember", {"kind": "", "value": "x" * 5000}), "Sorry."])
+    model = ScriptedLLM(
+        ["Hi!", ToolCall("remember", {"kind": "", "value": "x" * 5000}), "Sorry."]
+    )
     async with call(store, ALICE, model) as (session, _):
         result = await say(session, "Remember this.")
         result.expect.next_event().is_function_call(name="remember")
         result.expect.next_event().is_function_call_output(is_error=False)
-    output = next(i for i in model.replies[-1].items if i.type == "function_call_output")
+    output = next(
+        i for i in model.replies[-1].items if i.type == "function_call_output"
+    )
     assert output.output.startswith("Not saved:")
 
 
 async def test_duplicate_item_events_save_once(store):
-    async with call(store, ALICE, ScriptedLLM(["Hi!", "Noted."])) as (session, _call_memory):
+    async with call(store, ALICE, ScriptedLLM(["Hi!", "Noted."])) as (
+        session,
+        _call_memory,
+    ):
         await say(session, "My flight is on Friday.")
         # LiveKit can report the same item again (reconnects, handoffs): replay them all.
         for item in [i for i in session.history.items if i.type == "message"]:
-            session.emit("conversation_item_added", ConversationItemAddedEvent(item=item))
+            session.emit(
+                "conversation_item_added", ConversationItemAddedEvent(item=item)
+            )
         await asyncio.sleep(0)
     opening, exchange = await store.exchanges(ALICE)
     assert opening.user_text == "" and exchange.assistant_text == "Noted."
@@ -450,7 +495,9 @@ async def test_the_block_is_capped_however_much_is_known(store):
         await say(session, "And the garden again?")
     assert len(last_block(model)) <= 1500
     # the oversized turn itself was kept whole
-    assert (await store.exchanges(ALICE))[1].user_text == huge.strip()  # ([0]: the greeting)
+    assert (await store.exchanges(ALICE))[
+        1
+    ].user_text == huge.strip()  # ([0]: the greeting)
 
 
 def test_livekit_joins_text_parts_as_capture_expects():
@@ -465,7 +512,9 @@ def test_livekit_joins_text_parts_as_capture_expects():
     )
 
 
-def participant(identity: str, *, sip_number: str | None = None) -> rtc.RemoteParticipant:
+def participant(
+    identity: str, *, sip_number: str | None = None
+) -> rtc.RemoteParticipant:
     """A real rtc.RemoteParticipant, built from the protocol message the SDK gets from a
     LiveKit server when someone joins the room."""
     info = participant_pb2.ParticipantInfo(identity=identity)
@@ -473,28 +522,42 @@ def participant(identity: str, *, sip_number: str | None = None) -> rtc.RemotePa
         info.kind = participant_pb2.ParticipantKind.PARTICIPANT_KIND_SIP
         info.attributes["sip.phoneNumber"] = sip_number
     return rtc.RemoteParticipant(
-        participant_pb2.OwnedParticipant(handle=handle_pb2.FfiOwnedHandle(id=0), info=info)
+        participant_pb2.OwnedParticipant(
+            handle=handle_pb2.FfiOwnedHandle(id=0), info=info
+        )
     )
 
 
 def test_the_caller_is_the_participant_identity():
-    assert agent.caller_id_for(participant("alice@example.com"), {}) == "alice@example.com"
+    assert (
+        livekit_adapter.caller_id_for(participant("alice@example.com"), {})
+        == "alice@example.com"
+    )
 
 
 def test_dispatch_metadata_names_the_caller_before_the_identity():
-    dispatch = agent.dispatch_metadata(json.dumps({"caller_id": "customer-42"}))
-    assert agent.caller_id_for(participant("web-session-9f3"), dispatch) == "customer-42"
+    dispatch = livekit_adapter.dispatch_metadata(
+        json.dumps({"caller_id": "customer-42"})
+    )
+    assert (
+        livekit_adapter.caller_id_for(participant("web-session-9f3"), dispatch)
+        == "customer-42"
+    )
 
 
 def test_a_sip_caller_is_their_normalised_phone_number():
     assert (
-        agent.caller_id_for(participant("sip_abc", sip_number="+1 (555) 010-0200"), {})
+        livekit_adapter.caller_id_for(
+            participant("sip_abc", sip_number="+1 (555) 010-0200"), {}
+        )
         == "+15550100200"
     )
 
 
 def test_dispatch_metadata_can_name_which_participant_is_the_caller():
-    dispatch = agent.dispatch_metadata(json.dumps({"caller_identity": "sip_+15550100200"}))
+    dispatch = livekit_adapter.dispatch_metadata(
+        json.dumps({"caller_identity": "sip_+15550100200"})
+    )
     assert dispatch["caller_identity"] == "sip_+15550100200"
 
 
@@ -508,16 +571,21 @@ def test_dispatch_metadata_can_name_which_participant_is_the_caller():
     ],
 )
 def test_an_unusable_caller_id_is_refused_with_the_reason(who, metadata, reason):
-    with pytest.raises(memory.InvalidCallerId, match=reason):
-        agent.caller_id_for(who, agent.dispatch_metadata(metadata))
+    with pytest.raises(memory.InvalidCallerIdError, match=reason):
+        livekit_adapter.caller_id_for(who, livekit_adapter.dispatch_metadata(metadata))
 
 
 def test_one_number_is_one_caller_from_the_dispatch_or_from_sip():
-    by_dispatch = agent.caller_id_for(
-        participant("web-session-9f3"), agent.dispatch_metadata('{"caller_id": "15550100200"}')
+    by_dispatch = livekit_adapter.caller_id_for(
+        participant("web-session-9f3"),
+        livekit_adapter.dispatch_metadata('{"caller_id": "15550100200"}'),
     )
-    by_sip = agent.caller_id_for(participant("sip_abc", sip_number="+15550100200"), {})
-    by_other_digits = agent.caller_id_for(participant("sip_x", sip_number="+1555\u0660100200"), {})
+    by_sip = livekit_adapter.caller_id_for(
+        participant("sip_abc", sip_number="+15550100200"), {}
+    )
+    by_other_digits = livekit_adapter.caller_id_for(
+        participant("sip_x", sip_number="+1555\u0660100200"), {}
+    )
     assert by_dispatch == by_sip == by_other_digits == "+15550100200"
 
 
@@ -535,22 +603,35 @@ def test_one_number_is_one_caller_from_the_dispatch_or_from_sip():
         (participant(""), ""),
     ],
 )
-def test_no_caller_id_of_any_kind_fails_the_call_it_only_turns_memory_off(who, metadata, caplog):
+def test_no_caller_id_of_any_kind_fails_the_call_it_only_turns_memory_off(
+    who, metadata, caplog
+):
     with caplog.at_level(logging.WARNING, logger="agent"):
-        assert agent.caller_or_none(who, agent.dispatch_metadata(metadata)) is None
+        assert (
+            livekit_adapter.caller_or_none(
+                who, livekit_adapter.dispatch_metadata(metadata)
+            )
+            is None
+        )
     assert len([r for r in caplog.records if "memory is off" in r.getMessage()]) == 1
 
 
 def test_a_caller_without_a_usable_id_gets_no_memory_and_the_log_says_why(caplog):
     with caplog.at_level(logging.WARNING, logger="agent"):
-        assert agent.caller_or_none(participant("web user 7"), {}) is None
+        assert livekit_adapter.caller_or_none(participant("web user 7"), {}) is None
     assert (
-        "memory is off for this call: caller id 'web user 7' has characters outside" in caplog.text
+        "memory is off for this call: caller id 'web user 7' has characters outside"
+        in caplog.text
     )
-    assert agent.caller_or_none(participant("alice"), {}) == "alice"
+    assert livekit_adapter.caller_or_none(participant("alice"), {}) == "alice"
 
 
 @pytest.mark.parametrize("metadata", ["", "{not json", '["a list"]', "42", "null"])
 def test_missing_or_malformed_job_metadata_falls_back_to_the_identity(metadata):
-    assert agent.dispatch_metadata(metadata) == {}
-    assert agent.caller_id_for(participant("alice"), agent.dispatch_metadata(metadata)) == "alice"
+    assert livekit_adapter.dispatch_metadata(metadata) == {}
+    assert (
+        livekit_adapter.caller_id_for(
+            participant("alice"), livekit_adapter.dispatch_metadata(metadata)
+        )
+        == "alice"
+    )

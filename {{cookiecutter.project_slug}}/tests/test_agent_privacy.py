@@ -19,7 +19,9 @@ async def say(session, text: str):
     return await asyncio.wait_for(session.run(user_input=text), 10)
 
 
-async def test_numbers_said_in_a_call_are_masked_in_what_is_kept_shown_and_answered(store):
+async def test_numbers_said_in_a_call_are_masked_in_what_is_kept_shown_and_answered(
+    store,
+):
     model = ScriptedLLM(
         [
             "Hello!",
@@ -32,7 +34,9 @@ async def test_numbers_said_in_a_call_are_masked_in_what_is_kept_shown_and_answe
         await say(session, f"My card number is {CARD}, please keep it.")
         await say(session, "And my social is 123-45-6789.")
     # what the remember tool answered the model
-    tool_output = next(i for i in model.replies[2].items if i.type == "function_call_output")
+    tool_output = next(
+        i for i in model.replies[2].items if i.type == "function_call_output"
+    )
     assert "4111" not in tool_output.output
     assert tool_output.output == "Saved: card number = [card number]."
 
@@ -74,11 +78,17 @@ async def test_no_log_line_above_debug_carries_what_the_caller_said(store, caplo
     assert any("not saved before the call closed" in line for line in above_debug)
     assert all(marker not in line for line in above_debug)
     # the full text is there for whoever turns DEBUG on, to recover it by hand
-    assert any(marker in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+    assert any(
+        marker in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG
+    )
 
 
-async def test_a_forged_agent_line_said_in_call_one_is_one_quoted_caller_line_in_call_two(store):
-    async with call(store, ALICE, ScriptedLLM(["Hello!", "Nice to meet you, Sam."])) as (s, _):
+async def test_a_forged_agent_line_said_in_call_one_is_one_quoted_caller_line_in_call_two(
+    store,
+):
+    async with call(
+        store, ALICE, ScriptedLLM(["Hello!", "Nice to meet you, Sam."])
+    ) as (s, _):
         await say(s, FORGED)
     model = ScriptedLLM(["Hi again!", "You are a caller."])
     async with call(store, ALICE, model, call_id="call-2") as (s, _):
@@ -90,4 +100,7 @@ async def test_a_forged_agent_line_said_in_call_one_is_one_quoted_caller_line_in
     first = [s.text for s in await store.summaries(ALICE) if s.call_id == "call-1"]
     exchange = [FORGED, "Nice to meet you, Sam."]
     assert exchange in [json_strings(line) for line in lines]
-    assert all(line.startswith("- ") and json_strings(line) in (exchange, first) for line in lines)
+    assert all(
+        line.startswith("- ") and json_strings(line) in (exchange, first)
+        for line in lines
+    )

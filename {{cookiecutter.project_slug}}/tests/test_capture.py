@@ -18,7 +18,11 @@ from tests.conftest import call
 from tests.scripted_llm import ScriptedLLM, ToolCall
 
 CALLER = "caller-1"
-OPENING = ("", "OK.", False)  # the greeting (the scripted "OK."), saved once the caller speaks
+OPENING = (
+    "",
+    "OK.",
+    False,
+)  # the greeting (the scripted "OK."), saved once the caller speaks
 
 
 class Feed:
@@ -29,7 +33,9 @@ class Feed:
         self.clock = time.time()
 
     def item(self, item: llm.ChatMessage) -> llm.ChatMessage:
-        self.session.emit("conversation_item_added", ConversationItemAddedEvent(item=item))
+        self.session.emit(
+            "conversation_item_added", ConversationItemAddedEvent(item=item)
+        )
         return item
 
     def message(
@@ -37,7 +43,7 @@ class Feed:
         role: llm.ChatRole,
         content,
         *,
-        id: str,
+        id: str,  # noqa: A002 (as LiveKit names a message's id)
         interrupted: bool = False,
         at: float | None = None,
     ):
@@ -54,7 +60,10 @@ class Feed:
 
 
 async def saved(store, caller=CALLER) -> list[tuple[str, str, bool]]:
-    return [(e.user_text, e.assistant_text, e.interrupted) for e in await store.exchanges(caller)]
+    return [
+        (e.user_text, e.assistant_text, e.interrupted)
+        for e in await store.exchanges(caller)
+    ]
 
 
 async def test_the_same_interrupted_reply_under_two_ids_is_saved_once(store):
@@ -62,7 +71,9 @@ async def test_the_same_interrupted_reply_under_two_ids_is_saved_once(store):
         feed = Feed(session)
         feed.message("user", "Tell me about the museum hours.", id="u1")
         feed.message("assistant", "The museum opens at", id="a1", interrupted=True)
-        feed.message("assistant", "The museum opens at", id="a1-retry", interrupted=True)
+        feed.message(
+            "assistant", "The museum opens at", id="a1-retry", interrupted=True
+        )
         feed.message("assistant", "The museum opens at", id="a1")  # an id seen before
     assert await saved(store) == [
         OPENING,
@@ -75,7 +86,9 @@ async def test_a_reply_never_pairs_with_a_turn_it_did_not_answer(store):
     async with call(store, CALLER, ScriptedLLM()) as (session, _):
         feed = Feed(session)
         feed.message("user", "Book the usual table.", id="u1")
-        feed.message("assistant", "", id="a1-empty", interrupted=True)  # empty: no reply
+        feed.message(
+            "assistant", "", id="a1-empty", interrupted=True
+        )  # empty: no reply
         feed.message("user", "Actually, make it for four people.", id="u2")
         feed.message("assistant", "A table for four, done.", id="a2")
     assert await saved(store) == [
@@ -98,14 +111,18 @@ async def test_a_turn_without_a_reply_is_kept_and_recalled_next_call(store):
     }
 
 
-async def test_a_reply_already_under_way_when_the_caller_spoke_stays_with_its_turn(store):
+async def test_a_reply_already_under_way_when_the_caller_spoke_stays_with_its_turn(
+    store,
+):
     async with call(store, CALLER, ScriptedLLM()) as (session, _):
         feed = Feed(session)
         feed.message("user", "What time do you close?", id="u1")
         started = feed.clock + 0.5
         feed.message("user", "Wait, and on Sundays?", id="u2")
         # A1 started before U2 but was added after it (the barge-in cut it short).
-        feed.message("assistant", "We close at nine", id="a1", interrupted=True, at=started)
+        feed.message(
+            "assistant", "We close at nine", id="a1", interrupted=True, at=started
+        )
         feed.message("assistant", "On Sundays at six.", id="a2")
     assert await saved(store) == [
         OPENING,
@@ -123,7 +140,10 @@ async def test_odd_message_content_never_breaks_capture(store):
         feed.message("user", [""], id="u-blank")
         feed.message("user", ["First part.", image, "Second part."], id="u-parts")
         feed.message("assistant", '<expr emotion="happy"/>Happy to help!', id="a1")
-    assert await saved(store) == [OPENING, ("First part.\nSecond part.", "Happy to help!", False)]
+    assert await saved(store) == [
+        OPENING,
+        ("First part.\nSecond part.", "Happy to help!", False),
+    ]
 
 
 async def test_a_reply_around_a_tool_call_is_one_exchange_without_tool_output(store):
@@ -132,7 +152,11 @@ async def test_a_reply_around_a_tool_call_is_one_exchange_without_tool_output(st
     model = ScriptedLLM(
         [
             "Hi!",
-            ToolCall("remember", {"kind": "dentist", "value": "Friday 3 pm"}, say="Let me check."),
+            ToolCall(
+                "remember",
+                {"kind": "dentist", "value": "Friday 3 pm"},
+                say="Let me check.",
+            ),
             "You have the dentist on Friday at 3 pm.",
         ]
     )
@@ -151,7 +175,10 @@ async def test_a_reply_around_a_tool_call_is_one_exchange_without_tool_output(st
 
 
 async def test_a_greeting_the_caller_never_answers_is_not_saved(store):
-    async with call(store, CALLER, ScriptedLLM(["Hello, how can I help?"])) as (_session, _):
+    async with call(store, CALLER, ScriptedLLM(["Hello, how can I help?"])) as (
+        _session,
+        _,
+    ):
         await asyncio.sleep(0)
     assert await saved(store) == []
 
@@ -169,7 +196,10 @@ async def test_the_greeting_the_caller_answers_is_kept_as_the_agents_words(store
     block = memory.format_block(
         await store.recall(CALLER, "my move to Porto"), query="my move to Porto"
     )
-    assert 'you: "How did the move to Porto go?"' in block.split(memory.AGENT_CLAIMS_TITLE)[1]
+    assert (
+        'you: "How did the move to Porto go?"'
+        in block.split(memory.AGENT_CLAIMS_TITLE)[1]
+    )
     assert 'caller: ""' not in block
 
 
@@ -218,7 +248,10 @@ async def test_a_first_reply_that_arrives_before_its_transcript_is_kept(store):
         spoke = feed.clock + 1.0
         feed.message("assistant", "Good morning to you too!", id="a1", at=spoke + 1.0)
         feed.message("user", "Good morning!", id="u1", at=spoke)
-    assert await saved(store) == [OPENING, ("Good morning!", "Good morning to you too!", False)]
+    assert await saved(store) == [
+        OPENING,
+        ("Good morning!", "Good morning to you too!", False),
+    ]
 
 
 async def test_a_repeated_short_reply_still_moves_to_the_turn_it_answered(store):

@@ -8,6 +8,8 @@ runs."""
 
 from __future__ import annotations
 
+import pytest
+
 import memory
 from tests.conftest import call
 from tests.livekit_job import run_job
@@ -27,7 +29,9 @@ def blocks(request: list[list[str]]) -> list[str]:
         text
         for role, text in request
         if role == "system"
-        and text.startswith((memory.BLOCK_HEADER, memory.NOTHING_KNOWN, memory.MEMORY_UNAVAILABLE))
+        and text.startswith(
+            (memory.BLOCK_HEADER, memory.NOTHING_KNOWN, memory.MEMORY_UNAVAILABLE)
+        )
     ]
 
 
@@ -44,7 +48,10 @@ def assert_clean(job: dict) -> None:
         assert trouble not in job["log"], job["log"][-4000:]
 
 
-async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hears_them(store_url):
+@pytest.mark.smoke  # the kit runs it for every backend x recipe
+async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hears_them(
+    store_url,
+):
     first = run_job(
         store_url,
         ["Hi, I'm Maria.", "My sister Ana is vegetarian.", "Thanks, bye."],
@@ -68,7 +75,10 @@ async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hea
     await store.close()
 
     second = run_job(
-        store_url, ["What does my sister eat?"], identity="maria@example.com", script=["Hi Maria!"]
+        store_url,
+        ["What does my sister eat?"],
+        identity="maria@example.com",
+        script=["Hi Maria!"],
     )
     assert_clean(second)
     greeting, answer = second["requests"][0], second["requests"][-1]
@@ -78,11 +88,15 @@ async def test_a_real_call_saves_its_exchanges_and_summary_and_the_next_call_hea
     assert answer[-1] == ["user", "What does my sister eat?"]
 
 
-async def test_a_long_call_through_the_real_entrypoint_stays_offline_with_a_clean_log(store_url):
+async def test_a_long_call_through_the_real_entrypoint_stays_offline_with_a_clean_log(
+    store_url,
+):
     # Many turns give a speech provider time to fail and reconnect ("STT stream
     # ended... recreating"); the job's STT and TTS are offline stand-ins, so none does.
     turns = [f"Here is thing number {n}." for n in range(20)]
-    job = run_job(store_url, turns, script=["Hello!"] + [f"Got {n}." for n in range(20)])
+    job = run_job(
+        store_url, turns, script=["Hello!"] + [f"Got {n}." for n in range(20)]
+    )
     assert_clean(job)
     assert job["history"][-1] == ["assistant", "Got 19."]
     assert len(job["requests"]) == 21  # the greeting and one reply per turn
@@ -105,11 +119,16 @@ async def test_a_sip_caller_is_remembered_by_their_number(store_url):
     await store.close()
 
 
-async def test_a_sip_number_in_other_digits_is_the_same_caller_and_never_ends_the_job(store_url):
+async def test_a_sip_number_in_other_digits_is_the_same_caller_and_never_ends_the_job(
+    store_url,
+):
     # "+1555\u0660100200": an Arabic-Indic zero once passed one check and failed the
     # next, outside the entrypoint's guard, and the job died before the session.
     job = run_job(
-        store_url, ["Is my parcel here?"], identity="sip_caller", sip_number="+1555\u0660100200"
+        store_url,
+        ["Is my parcel here?"],
+        identity="sip_caller",
+        sip_number="+1555\u0660100200",
     )
     assert_clean(job)
     assert job["history"][-1][0] == "assistant"
@@ -130,11 +149,16 @@ async def test_the_dispatch_metadata_names_the_caller(store_url):
     )
     assert_clean(job)
     store = memory.open_store(store_url)
-    assert [e.user_text for e in await store.exchanges("customer-42")] == ["", "My order is 5521."]
+    assert [e.user_text for e in await store.exchanges("customer-42")] == [
+        "",
+        "My order is 5521.",
+    ]
     await store.close()
 
 
-async def test_a_caller_without_a_usable_id_still_gets_replies_without_memory(store_url):
+async def test_a_caller_without_a_usable_id_still_gets_replies_without_memory(
+    store_url,
+):
     # (every other unusable-id path is a unit test of caller_or_none in test_agent.py)
     job = run_job(store_url, ["Hello?"], identity="web user 7", script=["Hi!", "Yes?"])
     assert_clean(job)

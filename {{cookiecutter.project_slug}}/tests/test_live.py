@@ -22,8 +22,13 @@ pytestmark = [
 
 
 async def test_the_real_model_answers_from_memory_in_the_next_call(store):
-    async with call(store, "live-caller", inference.LLM(model=agent.LLM_MODEL)) as (session, _):
-        await session.run(user_input="Hi, my name is Maria and my sister Ana is vegetarian.")
+    async with call(store, "live-caller", inference.LLM(model=agent.LLM_MODEL)) as (
+        session,
+        _,
+    ):
+        await session.run(
+            user_input="Hi, my name is Maria and my sister Ana is vegetarian."
+        )
     async with call(
         store, "live-caller", inference.LLM(model=agent.LLM_MODEL), call_id="call-2"
     ) as (session, _):
@@ -33,7 +38,10 @@ async def test_the_real_model_answers_from_memory_in_the_next_call(store):
 
 
 async def test_the_real_model_says_it_does_not_know_a_new_caller(store):
-    async with call(store, "live-new-caller", inference.LLM(model=agent.LLM_MODEL)) as (session, _):
+    async with call(store, "live-new-caller", inference.LLM(model=agent.LLM_MODEL)) as (
+        session,
+        _,
+    ):
         result = await session.run(user_input="What's my sister's name?")
     reply = next(e.item.text_content for e in result.events if e.type == "message")
     assert "ana" not in reply.lower(), reply

@@ -1,5 +1,5 @@
 """Live eval of fact extraction: the real model behind LiveKit Inference reads a few
-scripted calls when each ends (memory.EXTRACT_INSTRUCTIONS), and what it extracted is
+scripted calls when each ends (memory.extraction.EXTRACT_INSTRUCTIONS), and what it extracted is
 scored against what the caller said.
 
 Precision: extracted facts that are right (kind and value), over all extracted. Recall:
@@ -64,7 +64,7 @@ CALLS = [
 
 
 def right(fact: memory.Fact, expected: list[tuple[str, str]]) -> tuple[str, str] | None:
-    words = set(memory.value_key(fact.value).split())
+    words = set(memory.facts.value_key(fact.value).split())
     return next((e for e in expected if e[0] == fact.kind and e[1] in words), None)
 
 
@@ -72,7 +72,10 @@ async def test_extraction_precision_on_scripted_calls(store):
     extracted = correct = found = wanted = 0
     for n, (turns, expected) in enumerate(CALLS):
         model = inference.LLM(model=agent.LLM_MODEL)
-        async with call(store, f"live-extract-{n}", model, call_id=f"call-{n}") as (session, mem):
+        async with call(store, f"live-extract-{n}", model, call_id=f"call-{n}") as (
+            session,
+            mem,
+        ):
             for text in turns:
                 await session.run(user_input=text)
         facts = [r.fact for r in mem.extracted]
@@ -84,5 +87,7 @@ async def test_extraction_precision_on_scripted_calls(store):
         print(f"call {n}: {[(f.kind, f.value) for f in facts]}")
     precision = correct / extracted if extracted else 1.0
     recall = found / wanted
-    print(f"extraction precision {precision:.2f} ({correct}/{extracted}), recall {recall:.2f}")
+    print(
+        f"extraction precision {precision:.2f} ({correct}/{extracted}), recall {recall:.2f}"
+    )
     assert precision >= 0.8 and recall >= 0.6

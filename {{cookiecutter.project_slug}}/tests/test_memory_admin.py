@@ -38,7 +38,9 @@ async def two_callers(store):
     await store.save(make_exchange(2, ALICE, "I moved to Lisbon.", at=time.time()))
     await store.remember(ALICE, memory.Fact.of("home city", "Lisbon"))
     await store.save_summary(ALICE, "call-1", "Talked about a move to Lisbon.")
-    await store.save(make_exchange(3, BOB, "Bob's locker code is 4417.", at=time.time()))
+    await store.save(
+        make_exchange(3, BOB, "Bob's locker code is 4417.", at=time.time())
+    )
     await store.remember(BOB, memory.Fact.of("locker", "4417"))
     return store
 
@@ -46,16 +48,26 @@ async def two_callers(store):
 async def test_stats_and_callers_list_what_is_stored(store_url, two_callers):
     stats = admin(store_url, "stats")
     assert stats.returncode == 0, stats.stderr
-    assert json.loads(stats.stdout) == {"callers": 2, "exchanges": 3, "facts": 2, "summaries": 1}
+    assert json.loads(stats.stdout) == {
+        "callers": 2,
+        "exchanges": 3,
+        "facts": 2,
+        "summaries": 1,
+    }
     listed = admin(store_url, "callers", "--limit", "1")
     assert listed.stdout.split() == [BOB]  # "+" sorts before letters
     assert admin(store_url, "callers", "--after", BOB).stdout.split() == [ALICE]
 
 
-async def test_show_and_export_give_one_caller_and_never_another(store_url, two_callers, tmp_path):
+async def test_show_and_export_give_one_caller_and_never_another(
+    store_url, two_callers, tmp_path
+):
     shown = admin(store_url, "show", ALICE)
     assert shown.returncode == 0, shown.stderr
-    assert 'home city: "Lisbon"' in shown.stdout and "My sister Ana is vegetarian." in shown.stdout
+    assert (
+        'home city: "Lisbon"' in shown.stdout
+        and "My sister Ana is vegetarian." in shown.stdout
+    )
     # Bob's exchange and fact say "locker" (his code, 4417, can be digits of a timestamp)
     assert "locker" not in shown.stdout and BOB not in shown.stdout
     out = tmp_path / "alice.json"
@@ -74,8 +86,12 @@ async def test_show_and_export_give_one_caller_and_never_another(store_url, two_
 def test_show_quotes_each_side_alike_and_an_opening_as_the_agents_words_alone():
     import memory_admin
 
-    opening = replace(make_exchange(1, ALICE, reply="How did the move go?", at=0.0), user_text="")
-    said = make_exchange(2, ALICE, "It's done, we're in Porto.", reply='Great "news"!', at=60.0)
+    opening = replace(
+        make_exchange(1, ALICE, reply="How did the move go?", at=0.0), user_text=""
+    )
+    said = make_exchange(
+        2, ALICE, "It's done, we're in Porto.", reply='Great "news"!', at=60.0
+    )
     data = {
         "caller_id": ALICE,
         "facts": [],
@@ -96,7 +112,9 @@ async def test_show_lists_calls_oldest_first_and_marks_a_reply_the_caller_cut_sh
     await asyncio.sleep(0.01)  # the summaries are ordered by the time each was saved
     await store.save_summary(ALICE, "call-2", "Booked the flight to Porto.")
     await store.save(make_exchange(1, ALICE, "Is there a flight to Porto?", at=1000.0))
-    cut = make_exchange(2, ALICE, "Book it.", reply="Booking it now, the fare is", at=2000.0)
+    cut = make_exchange(
+        2, ALICE, "Book it.", reply="Booking it now, the fare is", at=2000.0
+    )
     await store.save(replace(cut, interrupted=True))
     shown = admin(store_url, "show", ALICE)
     assert shown.returncode == 0, shown.stderr
@@ -112,7 +130,9 @@ async def test_show_lists_calls_oldest_first_and_marks_a_reply_the_caller_cut_sh
     assert "oldest first" in admin(store_url, "show", "--help").stdout
 
 
-async def test_export_writes_a_utf8_file_whatever_the_locale(store_url, store, tmp_path):
+async def test_export_writes_a_utf8_file_whatever_the_locale(
+    store_url, store, tmp_path
+):
     # JSON files are UTF-8 (RFC 8259); written in the locale's encoding (cp1252 on
     # Windows, ASCII in a C locale without UTF-8 mode) an emoji or a name in another
     # script failed the export, reported as "the memory store failed"
@@ -139,11 +159,15 @@ async def test_show_prints_each_remembered_text_as_one_line_with_no_control_char
     assert "\x1b" not in shown.stdout
     assert "refund approved" in shown.stdout
     lines = shown.stdout.splitlines()
-    assert not any(line.lstrip().startswith("1970-01-01 00:00 UTC agent:") for line in lines)
+    assert not any(
+        line.lstrip().startswith("1970-01-01 00:00 UTC agent:") for line in lines
+    )
     assert json.dumps(fake) in shown.stdout
 
 
-async def test_show_and_export_to_a_terminal_that_is_not_utf8_print_every_caller(store_url, store):
+async def test_show_and_export_to_a_terminal_that_is_not_utf8_print_every_caller(
+    store_url, store
+):
     # In a C locale without UTF-8 mode, a caller's "José" failed both commands with
     # "the memory store failed" (UnicodeEncodeError on standard output).
     said = "Je m'appelle José, de 北京 🎉"
@@ -165,7 +189,8 @@ async def test_show_and_export_keep_a_replaced_value_as_history(store_url, store
     assert shown.returncode == 0, shown.stderr
     assert 'home city: "Porto" (learned 1970-01-02 01:00 UTC)' in shown.stdout
     assert (
-        'replaced facts (1):\n  home city: "Lisbon" (replaced 1970-01-02 01:00 UTC)' in shown.stdout
+        'replaced facts (1):\n  home city: "Lisbon" (replaced 1970-01-02 01:00 UTC)'
+        in shown.stdout
     )
     exported = json.loads(admin(store_url, "export", ALICE).stdout)
     assert [(f["value"], f["replaced_at"]) for f in exported["fact_history"]] == [
@@ -184,7 +209,9 @@ async def test_forget_erases_one_caller_only_after_yes(store_url, two_callers):
     await check.close()
 
 
-async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(store_url, two_callers):
+async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(
+    store_url, two_callers
+):
     unset = admin(store_url, "purge")
     assert unset.returncode == 2 and "MEMORY_KEEP_EXCHANGES_DAYS" in unset.stderr
     by_setting = admin(store_url, "purge", MEMORY_KEEP_EXCHANGES_DAYS="30")
@@ -207,7 +234,11 @@ async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(store_
 )
 def test_a_bad_command_gets_one_clear_error_and_status_2(store_url, args, says):
     done = admin(store_url, *args)
-    assert done.returncode == 2 and done.stderr.startswith("ERROR: ") and says in done.stderr
+    assert (
+        done.returncode == 2
+        and done.stderr.startswith("ERROR: ")
+        and says in done.stderr
+    )
 
 
 def test_a_store_that_cannot_be_opened_gives_status_1_and_one_line(tmp_path):
@@ -231,7 +262,9 @@ async def test_a_background_purge_applies_the_retention_settings(monkeypatch):
     await call.aclose()
 
 
-def test_a_retention_setting_that_is_not_a_number_of_days_is_refused_by_name(monkeypatch):
+def test_a_retention_setting_that_is_not_a_number_of_days_is_refused_by_name(
+    monkeypatch,
+):
     monkeypatch.setenv("MEMORY_KEEP_FACTS_DAYS", "ninety")
     with pytest.raises(ValueError, match="MEMORY_KEEP_FACTS_DAYS"):
         memory.Retention.from_env()

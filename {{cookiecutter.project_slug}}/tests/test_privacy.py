@@ -27,7 +27,10 @@ CARD = "4111 1111 1111 1111"  # a test Visa number: it passes the Luhn check
             "[card number]",
         ),
         ("5500 0000 0000 0004 or 3782 822463 10005", "[card number] or [card number]"),
-        ("\u0664\u0661\u0661\u0661" + " \u0661\u0661\u0661\u0661" * 3 + " ok", "[card number] ok"),
+        (
+            "\u0664\u0661\u0661\u0661" + " \u0661\u0661\u0661\u0661" * 3 + " ok",
+            "[card number] ok",
+        ),
         ("my social is 123-45-6789", "my social is [SSN]"),
         ("ssn one two three four five six seven eight nine", "ssn [SSN]"),
         ("social security number 123 45 6789.", "social security number [SSN]."),
@@ -59,9 +62,15 @@ def test_a_new_kind_of_national_id_is_one_entry_in_the_list(monkeypatch):
     def uk_nino_digits(digits: str, groups: tuple[int, ...], before: str) -> bool:
         return len(digits) == 6 and "insurance" in before
 
-    extended = [*memory.SENSITIVE_NUMBERS, memory.SensitiveNumber("[NI number]", uk_nino_digits)]
-    monkeypatch.setattr(memory, "SENSITIVE_NUMBERS", extended)
-    assert memory.mask_sensitive("national insurance 12 34 56") == "national insurance [NI number]"
+    extended = [
+        *memory.SENSITIVE_NUMBERS,
+        memory.SensitiveNumber("[NI number]", uk_nino_digits),
+    ]
+    monkeypatch.setattr(memory.privacy, "SENSITIVE_NUMBERS", extended)
+    assert (
+        memory.mask_sensitive("national insurance 12 34 56")
+        == "national insurance [NI number]"
+    )
 
 
 # -- Remembered text is quoted data -------------------------------------------------
@@ -91,7 +100,9 @@ async def test_the_capture_path_masks_exchanges_facts_summaries_and_searches(sto
             return await method(*args, **kwargs)
 
     call = memory.CallMemory(Searches(store), ALICE, "call-1")
-    call.capture("user", "u1", f"my card is {CARD} and my social is 123-45-6789", created_at=1.0)
+    call.capture(
+        "user", "u1", f"my card is {CARD} and my social is 123-45-6789", created_at=1.0
+    )
     call.capture("assistant", "a1", "Thanks, noted.", created_at=2.0)
     answer = await call.remember("card", CARD)
     await call.block_for(f"charge {CARD} please", turn=2)
@@ -127,13 +138,15 @@ def test_caller_text_in_any_part_of_the_block_stays_inside_its_quotes(said):
     # said starts a line, and each quoted piece reads back as exactly what was kept
     titles = {memory.BLOCK_HEADER, memory.STYLE_TITLE, "Facts the caller gave:"}
     titles |= {"Latest calls:", "Earlier exchanges that may be related:"}
-    clipped = memory._clip(said, 500)
+    clipped = memory.text.clip(said, 500)
     for line in lines:
         if line in titles:
             continue
         assert line.startswith("- "), line
         pieces = json_strings(line)
-        assert pieces and all(p in (clipped, "hello") or clipped.startswith(p[:-1]) for p in pieces)
+        assert pieces and all(
+            p in (clipped, "hello") or clipped.startswith(p[:-1]) for p in pieces
+        )
     assert len(lines) == len(titles) + 5
 
 

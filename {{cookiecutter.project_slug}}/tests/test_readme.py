@@ -19,7 +19,12 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 def commands() -> list[str]:
     """The shell commands of README's fenced blocks, comments dropped."""
     blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
-    return [line.split("#")[0].strip() for b in blocks for line in b.splitlines() if line.strip()]
+    return [
+        line.split("#")[0].strip()
+        for b in blocks
+        for line in b.splitlines()
+        if line.strip()
+    ]
 
 
 def test_the_readme_runs_the_console_the_way_this_livekit_agents_recommends():
@@ -32,12 +37,21 @@ def test_the_readme_runs_the_console_the_way_this_livekit_agents_recommends():
 
 
 def test_the_readme_says_how_a_room_gets_the_named_agent():
-    assert agent.AGENT_NAME, "an unnamed agent is dispatched to every room; README says so"
+    assert agent.AGENT_NAME, (
+        "an unnamed agent is dispatched to every room; README says so"
+    )
     assert f"--agent-name {agent.AGENT_NAME}" in README
     assert f'agent_name="{agent.AGENT_NAME}"' in README
     # the API names README gives exist in the installed livekit-api
-    for name in ("CreateAgentDispatchRequest", "RoomConfiguration", "RoomAgentDispatch"):
+    for name in (
+        "CreateAgentDispatchRequest",
+        "RoomConfiguration",
+        "RoomAgentDispatch",
+    ):
         assert name in README and hasattr(api, name)
     assert hasattr(api.AccessToken, "with_room_config") and "with_room_config" in README
-    assert hasattr(api.LiveKitAPI, "agent_dispatch") and "agent_dispatch.create_dispatch" in README
+    assert (
+        hasattr(api.LiveKitAPI, "agent_dispatch")
+        and "agent_dispatch.create_dispatch" in README
+    )
     assert 'AGENT_NAME = ""' in README  # and how to switch to automatic dispatch

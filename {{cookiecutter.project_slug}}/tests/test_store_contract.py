@@ -37,9 +37,13 @@ async def test_recall_ranks_the_exchange_that_matches_the_question_first(any_sto
     await any_store.save(
         make_exchange(2, text="My cat knocked over a plant today.", call_id="call-2")
     )
-    await any_store.save(make_exchange(3, text="The weather is grey again.", call_id="call-3"))
+    await any_store.save(
+        make_exchange(3, text="The weather is grey again.", call_id="call-3")
+    )
     recall = await any_store.recall(ALICE, "Which marathon am I training for?")
-    assert recall.exchanges[0].user_text.startswith("I'm training for the Berlin marathon")
+    assert recall.exchanges[0].user_text.startswith(
+        "I'm training for the Berlin marathon"
+    )
     assert all("cat" not in e.user_text for e in recall.exchanges)
 
 
@@ -76,7 +80,7 @@ LATER_CALLS = {
     "thai": ("พรุ่งนี้ฉันจะไปเชียงใหม่", "เรื่องเชียงใหม่คุณจำได้ไหม"),
 }
 OUR_SEARCH = {"sqlite_store", "postgres_store"}
-"""Backends whose search is this project's (memory.search_words); a hosted service
+"""Backends whose search is this project's (memory.words.search_words); a hosted service
 searches with its own engine."""
 
 
@@ -86,11 +90,15 @@ async def test_a_later_call_in_the_same_language_finds_what_was_said(store, lang
     # some recipes (realtime, tool_only) put no memory block in the model's requests.
     backend = type(store).__module__
     if backend not in OUR_SEARCH:
-        pytest.skip(f"{backend}: the service's own engine searches, which its fake does not model")
+        pytest.skip(
+            f"{backend}: the service's own engine searches, which its fake does not model"
+        )
     said, asked = LATER_CALLS[language]
     await store.save(make_exchange(1, text=said, call_id="call-1"))
     # an unrelated exchange, so a match is a match and not the only row there is
-    await store.save(make_exchange(9, text="I need a new phone charger", call_id="call-0"))
+    await store.save(
+        make_exchange(9, text="I need a new phone charger", call_id="call-0")
+    )
     recall = await store.recall(ALICE, asked)
     assert [e.user_text for e in recall.exchanges] == [said]
 
@@ -99,7 +107,9 @@ async def test_a_fixed_greeting_in_every_opening_takes_one_place_in_recall(store
     # Each call's opening (the greeting the caller answered) is saved; a deployment's
     # greeting is often the same words every time. They must not take every place.
     greeting = "Welcome back to Acme Travel! How can I help you with your travel plans?"
-    await store.save(make_exchange(1, text="I love to travel by train.", call_id="c-old", at=1e9))
+    await store.save(
+        make_exchange(1, text="I love to travel by train.", call_id="c-old", at=1e9)
+    )
     for n in range(2, 40):
         opening = make_exchange(n, reply=greeting, call_id=f"c{n}", at=1e9 + 86400 * n)
         await store.save(dataclasses.replace(opening, user_text=""))
@@ -111,7 +121,8 @@ async def test_a_fixed_greeting_in_every_opening_takes_one_place_in_recall(store
 
 
 @pytest.mark.parametrize(
-    "question", ['"unbalanced', "NEAR(a b)", "a* OR -b", "x AND", "caller_key:k0", "%_'; --", ""]
+    "question",
+    ['"unbalanced', "NEAR(a b)", "a* OR -b", "x AND", "caller_key:k0", "%_'; --", ""],
 )
 async def test_search_syntax_in_what_the_caller_says_is_just_words(any_store, question):
     await any_store.save(make_exchange(1, text="near the river bank"))
@@ -123,9 +134,13 @@ async def test_saving_the_same_exchange_again_replaces_it(any_store):
     first = make_exchange(1, text="my number is 5")
     await any_store.save(first)
     await any_store.save(first)
-    await any_store.save(memory.Exchange(**{**first.__dict__, "assistant_text": "noted, 5"}))
+    await any_store.save(
+        memory.Exchange(**{**first.__dict__, "assistant_text": "noted, 5"})
+    )
     rows = await any_store.exchanges(ALICE)
-    assert [(e.user_text, e.assistant_text) for e in rows] == [("my number is 5", "noted, 5")]
+    assert [(e.user_text, e.assistant_text) for e in rows] == [
+        ("my number is 5", "noted, 5")
+    ]
 
 
 async def test_exchanges_keep_every_field_and_come_oldest_first(any_store):
@@ -152,7 +167,9 @@ async def test_exchanges_keep_every_field_and_come_oldest_first(any_store):
     assert await any_store.exchanges(ALICE, call_id="other") == []
 
 
-async def test_a_newer_fact_of_the_same_kind_replaces_the_old_and_keeps_it_as_history(any_store):
+async def test_a_newer_fact_of_the_same_kind_replaces_the_old_and_keeps_it_as_history(
+    any_store,
+):
     first = await any_store.remember(ALICE, fact("home city", "Lisbon", 1.0))
     assert first.outcome == "added"
     stored = await any_store.remember(ALICE, fact("Home City", "Porto", 2.0))
@@ -166,14 +183,19 @@ async def test_a_newer_fact_of_the_same_kind_replaces_the_old_and_keeps_it_as_hi
         ("home_city", "Porto")
     ]
     assert [
-        (f.kind, f.value, f.learned_at, f.replaced_at) for f in await any_store.history(ALICE)
+        (f.kind, f.value, f.learned_at, f.replaced_at)
+        for f in await any_store.history(ALICE)
     ] == [("home_city", "Lisbon", 1.0, 2.0)]
 
 
 async def test_a_reworded_kind_is_the_same_kind(any_store):
     await any_store.remember(ALICE, fact("city", "Lisbon", 1.0))
     moved = await any_store.remember(ALICE, fact("where I live", "Porto", 2.0))
-    assert moved.outcome == "replaced" and moved.old is not None and moved.old.value == "Lisbon"
+    assert (
+        moved.outcome == "replaced"
+        and moved.old is not None
+        and moved.old.value == "Lisbon"
+    )
     assert [(f.kind, f.value) for f in (await any_store.profile(ALICE)).facts] == [
         ("home_city", "Porto")
     ]
@@ -195,11 +217,20 @@ async def test_a_known_value_said_again_is_confirmed_not_added(any_store):
 
 
 async def test_a_kind_with_many_values_keeps_each_until_one_is_forgotten(any_store):
-    assert (await any_store.remember(ALICE, fact("allergy", "peanuts", 1.0))).outcome == "added"
-    assert (await any_store.remember(ALICE, fact("allergies", "shellfish", 2.0))).outcome == "added"
-    assert (await any_store.remember(ALICE, fact("allergy", "Peanuts", 3.0))).outcome == "confirmed"
+    assert (
+        await any_store.remember(ALICE, fact("allergy", "peanuts", 1.0))
+    ).outcome == "added"
+    assert (
+        await any_store.remember(ALICE, fact("allergies", "shellfish", 2.0))
+    ).outcome == "added"
+    assert (
+        await any_store.remember(ALICE, fact("allergy", "Peanuts", 3.0))
+    ).outcome == "confirmed"
     profile = await any_store.profile(ALICE)
-    assert sorted(f.value for f in profile.facts if f.kind == "allergy") == ["peanuts", "shellfish"]
+    assert sorted(f.value for f in profile.facts if f.kind == "allergy") == [
+        "peanuts",
+        "shellfish",
+    ]
     assert await any_store.forget(ALICE, kind="allergy", value="PEANUTS") == 1
     assert await any_store.forget(ALICE, kind="allergy", value="peanuts") == 0
     assert [f.value for f in (await any_store.profile(ALICE)).facts] == ["shellfish"]
@@ -222,7 +253,9 @@ async def test_forgetting_one_old_value_leaves_the_current_one(any_store):
     assert [f.value for f in (await any_store.profile(ALICE)).facts] == ["Porto"]
 
 
-async def test_facts_and_summaries_come_newest_first_and_summaries_are_limited(any_store):
+async def test_facts_and_summaries_come_newest_first_and_summaries_are_limited(
+    any_store,
+):
     await any_store.remember(ALICE, fact("name", "Alice", 1.0))
     await any_store.remember(ALICE, fact("job", "nurse", 2.0))
     for n in range(memory.RECENT_SUMMARIES + 2):
@@ -239,7 +272,9 @@ async def test_facts_and_summaries_come_newest_first_and_summaries_are_limited(a
 async def test_saving_a_summary_of_the_same_call_again_replaces_it(any_store):
     await any_store.save_summary(ALICE, "call-1", "first version")
     await any_store.save_summary(ALICE, "call-1", "second version")
-    assert [s.text for s in (await any_store.profile(ALICE)).summaries] == ["second version"]
+    assert [s.text for s in (await any_store.profile(ALICE)).summaries] == [
+        "second version"
+    ]
 
 
 async def test_forgetting_a_fact_deletes_only_that_fact(any_store):
@@ -261,7 +296,9 @@ async def test_forgetting_one_call_keeps_the_others_and_the_facts(any_store):
     assert profile.summaries == () and [f.value for f in profile.facts] == ["Alice"]
 
 
-async def test_forgetting_everything_leaves_nothing_to_recall_and_other_callers_intact(any_store):
+async def test_forgetting_everything_leaves_nothing_to_recall_and_other_callers_intact(
+    any_store,
+):
     await any_store.save(make_exchange(1, text="my secret word is pineapple"))
     await any_store.save(make_exchange(2, caller=BOB, text="bob likes pineapple too"))
     await any_store.remember(ALICE, fact("name", "Alice"))
@@ -269,9 +306,9 @@ async def test_forgetting_everything_leaves_nothing_to_recall_and_other_callers_
     assert await any_store.forget(ALICE) == 3
     assert (await any_store.recall(ALICE, "secret pineapple")).empty
     assert await any_store.exchanges(ALICE) == []
-    assert [e.user_text for e in (await any_store.recall(BOB, "pineapple")).exchanges] == [
-        "bob likes pineapple too"
-    ]
+    assert [
+        e.user_text for e in (await any_store.recall(BOB, "pineapple")).exchanges
+    ] == ["bob likes pineapple too"]
 
 
 async def test_a_store_reopened_from_its_url_keeps_what_it_holds(store_url):
@@ -283,7 +320,9 @@ async def test_a_store_reopened_from_its_url_keeps_what_it_holds(store_url):
     second = memory.open_store(store_url)
     (kept,) = (await second.profile(ALICE)).facts
     assert (kept.value, kept.learned_at, kept.updated_at) == ("Alice", 1000.0, 2000.0)
-    assert [e.user_text for e in await second.exchanges(ALICE)] == ["kept across processes"]
+    assert [e.user_text for e in await second.exchanges(ALICE)] == [
+        "kept across processes"
+    ]
     await second.close()
 
 
@@ -340,10 +379,12 @@ async def test_purge_deletes_only_what_is_older_than_the_cutoff(any_store):
     await any_store.remember(ALICE, fact("new", "fact"))
     assert await any_store.purge(before=5000.0, what="exchanges") == 1
     assert await any_store.purge(before=5000.0, what="facts") == 1
-    assert [e.user_text for e in await any_store.exchanges(ALICE)] == ["new words about lanterns"]
-    assert [e.user_text for e in (await any_store.recall(ALICE, "lanterns")).exchanges] == [
+    assert [e.user_text for e in await any_store.exchanges(ALICE)] == [
         "new words about lanterns"
     ]
+    assert [
+        e.user_text for e in (await any_store.recall(ALICE, "lanterns")).exchanges
+    ] == ["new words about lanterns"]
     assert [f.kind for f in (await any_store.profile(ALICE)).facts] == ["new"]
     with pytest.raises(ValueError):
         await any_store.purge(before=5000.0, what="everything")
@@ -354,4 +395,9 @@ async def test_stats_count_what_is_stored(any_store):
     await any_store.save(make_exchange(2, caller=BOB))
     await any_store.remember(ALICE, fact("name", "Alice"))
     await any_store.save_summary(BOB, "c", "s")
-    assert await any_store.stats() == {"callers": 2, "exchanges": 2, "facts": 1, "summaries": 1}
+    assert await any_store.stats() == {
+        "callers": 2,
+        "exchanges": 2,
+        "facts": 1,
+        "summaries": 1,
+    }

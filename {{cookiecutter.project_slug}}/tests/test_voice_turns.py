@@ -47,7 +47,7 @@ async def voice_call(store, model):
     )
     session.input.audio = SilentMicrophone()
     assistant = await agent.build_agent(session, store, CALLER, "call-1", model=model)
-    call = assistant.call
+    call = assistant.memory
     replies: asyncio.Queue[str] = asyncio.Queue()
 
     @session.on("conversation_item_added")
@@ -68,7 +68,9 @@ def turn_requests(model: ScriptedLLM, before: int) -> list:
     return model.replies[before:]
 
 
-async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(counting_store):
+async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(
+    counting_store,
+):
     model = ScriptedLLM(["Hello!"] + ["A table for Friday, by the window."] * 3)
     async with voice_call(counting_store, model) as (_session, speech, replies, _call):
         before, recalls = len(model.replies), counting_store.calls["recall"]
@@ -80,7 +82,10 @@ async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(co
             "I'd like to book a table for Friday",
             pause=0.2,
         )
-        assert await asyncio.wait_for(replies.get(), 5) == "A table for Friday, by the window."
+        assert (
+            await asyncio.wait_for(replies.get(), 5)
+            == "A table for Friday, by the window."
+        )
         requests = turn_requests(model, before)
         assert len(requests) == 2  # one per distinct preflight; the second was adopted
         assert all(len(memory_blocks(r)) == 1 for r in requests)
@@ -93,13 +98,18 @@ async def test_preemptive_runs_recall_once_per_text_and_one_exchange_is_saved(co
     ]
 
 
-async def test_a_final_text_seen_before_in_the_turn_is_recalled_from_the_cache(counting_store):
+async def test_a_final_text_seen_before_in_the_turn_is_recalled_from_the_cache(
+    counting_store,
+):
     model = ScriptedLLM(["Hello!"] + ["Done."] * 3)
     async with voice_call(counting_store, model) as (_session, speech, replies, _call):
         recalls = counting_store.calls["recall"]
         # the transcript wavers back to an earlier text: its recall is reused
         await speech.say(
-            "Book my usual table", "Book my usual table please", "Book my usual table", pause=0.2
+            "Book my usual table",
+            "Book my usual table please",
+            "Book my usual table",
+            pause=0.2,
         )
         await asyncio.wait_for(replies.get(), 5)
         assert counting_store.calls["recall"] - recalls == 2
@@ -108,7 +118,12 @@ async def test_a_final_text_seen_before_in_the_turn_is_recalled_from_the_cache(c
 async def test_a_memory_hit_costs_one_llm_request_per_turn(counting_store, caplog):
     model = ScriptedLLM(["Hello!", "Your usual table is by the window."])
     with caplog.at_level(logging.WARNING):
-        async with voice_call(counting_store, model) as (_session, speech, replies, _call):
+        async with voice_call(counting_store, model) as (
+            _session,
+            speech,
+            replies,
+            _call,
+        ):
             before = len(model.replies)
             await speech.say("Where is my usual table?", "Where is my usual table?")
             await asyncio.wait_for(replies.get(), 5)
@@ -125,7 +140,9 @@ class HookInjectingAssistant(agent.Assistant):
         turn_ctx.add_message(role="system", content=["Usual table: by the window."])
 
     async def llm_node(self, chat_ctx, tools, model_settings):
-        async for chunk in super(agent.Assistant, self).llm_node(chat_ctx, tools, model_settings):
+        async for chunk in super(agent.Assistant, self).llm_node(
+            chat_ctx, tools, model_settings
+        ):
             yield chunk
 
 
@@ -135,7 +152,9 @@ async def test_injecting_in_on_user_turn_completed_costs_a_second_request(
     # Why recall lives in llm_node: editing the turn in the hook throws away the
     # preemptive reply and LiveKit asks the model again (often both are billed).
     model = ScriptedLLM(["Hello!", "By the window.", "By the window."])
-    monkeypatch.setattr(agent, "Assistant", HookInjectingAssistant)  # what build_agent makes
+    monkeypatch.setattr(
+        agent, "Assistant", HookInjectingAssistant
+    )  # what build_agent makes
     with caplog.at_level(logging.WARNING):
         async with voice_call(counting_store, model) as (
             _session,
@@ -155,7 +174,10 @@ async def test_every_request_of_a_long_call_carries_exactly_one_block(counting_s
     script = ["Hello!"]
     for n in range(10):
         if n == 4:
-            script += [ToolCall("remember", {"kind": "party size", "value": "four"}), "Noted."]
+            script += [
+                ToolCall("remember", {"kind": "party size", "value": "four"}),
+                "Noted.",
+            ]
         else:
             script.append(f"Answer {n}.")
     model = ScriptedLLM(script)
@@ -168,7 +190,9 @@ async def test_every_request_of_a_long_call_carries_exactly_one_block(counting_s
     assert len(model.replies) == 12  # greeting, ten turns, one post-tool step
     assert all(len(memory_blocks(r)) == 1 for r in model.replies)
     for items in (history, agent_ctx):
-        assert not [i for i in items if i.type == "message" and i.extra.get("memory_block")]
+        assert not [
+            i for i in items if i.type == "message" and i.extra.get("memory_block")
+        ]
         assert "by the window" not in str([i for i in items if i.type == "message"])
     assert next(i for i in history if i.type == "message").text_content == "Hello!"
     # Each request is the instructions, one block and real conversation items only.
@@ -191,7 +215,7 @@ class Reception(agent.Assistant):
     async def transfer_to_bookings(self, context: RunContext):
         """Transfer the caller to the bookings desk."""
         model = self.llm if isinstance(self.llm, llm.LLM) else None
-        return Bookings(self.call, model=model), "Transferring you to bookings."
+        return Bookings(self.memory, model=model), "Transferring you to bookings."
 
 
 class Bookings(agent.Assistant):
@@ -216,11 +240,15 @@ def front_desk_script(chat_ctx) -> str | ToolCall:
     return "Hello!"
 
 
-async def test_after_a_handoff_the_next_agent_keeps_the_caller_and_the_memory(counting_store):
+async def test_after_a_handoff_the_next_agent_keeps_the_caller_and_the_memory(
+    counting_store,
+):
     model = ScriptedLLM(front_desk_script)
     async with AgentSession(llm=model) as session:
-        front = await agent.build_agent(session, counting_store, CALLER, "call-1", model=model)
-        call_memory = front.call
+        front = await agent.build_agent(
+            session, counting_store, CALLER, "call-1", model=model
+        )
+        call_memory = front.memory
         await session.start(Reception(call_memory, model=model))
         await session.current_speech.wait_for_playout()
         await session.run(user_input="I want to book, transfer me please.")
@@ -247,11 +275,14 @@ async def test_after_a_handoff_the_next_agent_keeps_the_caller_and_the_memory(co
 async def test_a_hang_up_during_the_reply_keeps_the_callers_words(store_url):
     store = memory.open_store(store_url)
     model = ScriptedLLM(
-        ["Hello!", "Thanks, I have updated your address to the new one."], chunk_delay=0.1
+        ["Hello!", "Thanks, I have updated your address to the new one."],
+        chunk_delay=0.1,
     )
     async with AgentSession(llm=model) as session:
-        assistant = await agent.build_agent(session, store, CALLER, "call-1", model=model)
-        call = assistant.call
+        assistant = await agent.build_agent(
+            session, store, CALLER, "call-1", model=model
+        )
+        call = assistant.memory
         await session.start(assistant)
         await session.current_speech.wait_for_playout()
         session.run(user_input="My new address is 1 Placeholder Street.")
@@ -264,11 +295,15 @@ async def test_a_hang_up_during_the_reply_keeps_the_callers_words(store_url):
     assert exchange.user_text == "My new address is 1 Placeholder Street."
     if exchange.assistant_text:  # whatever was said before the hang-up, marked
         assert exchange.interrupted
-        assert "Thanks, I have updated your address".startswith(exchange.assistant_text[:10])
+        assert "Thanks, I have updated your address".startswith(
+            exchange.assistant_text[:10]
+        )
     await reopened.close()
 
 
-async def test_a_store_that_never_answers_cannot_hold_the_job_past_the_flush_bound(store):
+async def test_a_store_that_never_answers_cannot_hold_the_job_past_the_flush_bound(
+    store,
+):
     store = Slow(store, "save", gate=asyncio.Event())  # never set
     call = memory.CallMemory(store, CALLER, "call-1")
     call.capture("user", "u1", "Please remember this.")

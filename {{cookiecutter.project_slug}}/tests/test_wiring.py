@@ -10,6 +10,7 @@ from livekit.agents import Agent, AgentSession
 
 import agent
 import memory
+from memory import livekit_adapter
 from tests.conftest import call
 from tests.scripted_llm import ScriptedLLM, ToolCall, memory_blocks
 
@@ -21,7 +22,9 @@ class SkipsMemory(agent.Assistant):
     """What the issue's app did: its own llm_node, straight to LiveKit's default."""
 
     async def llm_node(self, chat_ctx, tools, model_settings):
-        async for chunk in Agent.default.llm_node(self, chat_ctx, tools, model_settings):
+        async for chunk in Agent.default.llm_node(
+            self, chat_ctx, tools, model_settings
+        ):
             yield chunk
 
 
@@ -33,25 +36,34 @@ def wiring_warnings(caplog) -> list[str]:
     ]
 
 
-async def test_an_llm_node_that_skips_memory_is_named_in_the_log_once_per_call(store, caplog):
+async def test_an_llm_node_that_skips_memory_is_named_in_the_log_once_per_call(
+    store, caplog
+):
     await store.remember(CALLER, memory.Fact.of("name", "Maria"))
     model = ScriptedLLM(["Hello!", "Sure.", "Done."])
     async with AgentSession(llm=model) as session:
         call_memory = memory.CallMemory(store, CALLER, "call-1")
         call_memory.start()
-        agent.start_capture(session, call_memory)
+        livekit_adapter.capture(session, call_memory)
         await session.start(SkipsMemory(call_memory, model=model))
         await session.run(user_input="Can you book a table?")
         await session.run(user_input="For two, please.")
     await call_memory.aclose()
-    assert not any(memory_blocks(r) for r in model.requests)  # recall was really skipped
+    assert not any(
+        memory_blocks(r) for r in model.requests
+    )  # recall was really skipped
     (warning,) = wiring_warnings(caplog)
     assert "super().llm_node" in warning
 
 
 async def test_the_generated_assistant_never_trips_the_wiring_check(store, caplog):
     model = ScriptedLLM(
-        ["Hello!", ToolCall("remember", {"kind": "name", "value": "Maria"}), "Noted.", "Bye!"]
+        [
+            "Hello!",
+            ToolCall("remember", {"kind": "name", "value": "Maria"}),
+            "Noted.",
+            "Bye!",
+        ]
     )
     async with call(store, CALLER, model) as (session, _):
         await session.run(user_input="I'm Maria.")

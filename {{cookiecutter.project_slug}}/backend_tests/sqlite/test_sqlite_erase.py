@@ -1,0 +1,114 @@
+"""Forget erases: after a fact, a call or everything of a caller is forgotten (or
+purged by age), the forgotten words are in no file the SQLite store writes (the
+database, its -wal and -shm files), byte for byte; other callers keep theirs."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+import memory
+from memory import sqlite_store
+from tests.doubles import make_exchange
+
+ALICE = "alice@example.com"
+BOB = "+15550100200"
+KEPT = "bobkeepsmarimba"
+
+
+def copies(db: Path, word: str) -> int:
+    """How many times ``word`` is in the bytes of the database and its companions.
+    Counted by its first 11 letters: the search index holds the word's stem (FTS5's
+    porter stemmer: "...everything" is "...everyth"), not the word as said."""
+    files = [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
+    return sum(f.read_bytes().count(word[:11].encode()) for f in files if f.exists())
+
+
+def other_callers(db: Path, count: int) -> None:
+    """``count`` exchanges of other callers in one transaction (one large index
+    segment, as a file in use for a while has), written the way the store writes."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")
+    for n in range(count):
+        text = f"caller {n} talks about trains, weather and the number {n}"
+        sqlite_store._save(conn, make_exchange(n, caller=f"other-{n % 97}", text=text))
+    conn.execute("COMMIT")
+    conn.close()
+
+
+async def fill(store: memory.MemoryStore, forgotten: str, what: str) -> None:
+    await store.save(
+        make_exchange(1000, caller=BOB, text=f"my instrument is the {KEPT}")
+    )
+    await store.remember(BOB, memory.Fact.of("instrument", KEPT))
+    await store.save_summary(BOB, "call-b", f"talked about the {KEPT}")
+    # Alice: the forgotten word only where `what` forgets, her other words elsewhere.
+    in_call = forgotten if what in ("call", "everything") else "plainwords"
+    in_fact = forgotten if what in ("fact", "everything") else "plainwords"
+    for n in range(3):
+        await store.save(
+            make_exchange(2000 + n, text=f"the code is {in_call} {n}", call_id="x")
+        )
+        await store.save(
+            make_exchange(3000 + n, text=f"alice keeps this {n}", call_id="y")
+        )
+    await store.save_summary(ALICE, "x", f"the caller gave the code {in_call}")
+    await store.remember(ALICE, memory.Fact.of("code word", in_fact))
+    # Edits leave older versions of pages behind: the fact changes, a reply is added.
+    await store.remember(ALICE, memory.Fact.of("code word", in_fact + " again"))
+    await store.save(
+        make_exchange(2000, text=f"the code is {in_call} 0", call_id="x", reply="ok!")
+    )
+
+
+@pytest.mark.parametrize("what", ["fact", "call", "everything"])
+async def test_forgotten_words_are_in_no_file_the_store_writes(store_url, what):
+    db = sqlite_store.path_of(store_url)
+    forgotten = f"zebraquokka{what}"
+    store = memory.open_store(store_url)
+    other_callers(db, 5_000)
+    # another worker process has the file open, so -wal and -shm stay on disk
+    other_worker = sqlite3.connect(db)
+    other_worker.execute("SELECT count(*) FROM facts").fetchall()
+    try:
+        await fill(store, forgotten, what)
+        assert copies(db, forgotten) > 0 and copies(db, KEPT) > 0
+        # SQLite checkpoints by itself every 1000 pages: the words are in the database
+        other_worker.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        if what == "fact":
+            # the value and the one it replaced (kept as history)
+            assert await store.forget(ALICE, kind="code_word") == 2
+        elif what == "call":
+            assert await store.forget(ALICE, call_id="x") == 4
+        else:
+            assert await store.forget(ALICE) == 9
+        await store.close()  # waits for the erasure queued after the delete
+        assert copies(db, forgotten) == 0
+        assert copies(db, KEPT) > 0
+    finally:
+        other_worker.close()
+    assert copies(db, forgotten) == 0
+
+    again = memory.open_store(store_url)
+    try:
+        bob = await again.recall(BOB, f"which {KEPT}?")
+        assert [e.user_text for e in bob.exchanges] == [f"my instrument is the {KEPT}"]
+        assert [f.value for f in bob.facts] == [KEPT] and len(bob.summaries) == 1
+        kept_by_alice = [e.user_text for e in await again.exchanges(ALICE)]
+        assert ("alice keeps this 0" in kept_by_alice) == (what != "everything")
+    finally:
+        await again.close()
+
+
+async def test_exchanges_purged_by_age_are_erased_too(store_url):
+    db = sqlite_store.path_of(store_url)
+    store = memory.open_store(store_url)
+    other_callers(db, 5_000)
+    await store.save(make_exchange(1, text="an old zebraquokkapurge", at=1000.0))
+    await store.save(make_exchange(2, caller=BOB, text=f"a new {KEPT}"))
+    assert await store.purge(before=time.time() - 86_400, what="exchanges") == 1
+    await store.close()
+    assert copies(db, "zebraquokkapurge") == 0 and copies(db, KEPT) > 0

@@ -1,0 +1,119 @@
+"""Long-term memory of each caller for LiveKit voice agents: this folder is the whole
+of it, the same in every project; copy it into an agent you already have.
+
+What an agent uses (agent.py shows all of it in use):
+
+- ``open_store()``: the store ``MEMORY_URL`` names (unset: SQLite in ``data/``),
+  once per worker process;
+- ``CallMemory``: one call's memory: ``block_for`` (recall), ``capture``,
+  ``remember``, ``forget``, ``aclose`` / ``on_shutdown``; ``CallMemory()`` is memory
+  turned off, for a caller without a stable id and for tests;
+- ``livekit_adapter`` (``from memory import livekit_adapter``): the LiveKit wiring:
+  the caller id from the room, capture on the session, recall into a copy of the
+  chat context. The only module that imports LiveKit.
+
+The map (one concern per module; only ``livekit_adapter`` imports livekit; the
+stores import only the modules below the store interface):
+
+- ``call`` (CallMemory), ``recall`` (budget and cache), ``pairing`` (which reply
+  answers which turn), ``writer`` (background saves), ``ending`` (the end of a
+  call), ``erasure`` (forget during a call), ``speech`` (the wiring self-check),
+  ``figures`` (trace spans, the call's log line), ``health`` (a store known to be
+  down);
+- ``block`` (the block and every sentence the model reads), ``facts`` (kinds and
+  reconciliation), ``extraction`` (facts from a call's transcript), ``words``
+  (search words, languages, stems), ``dates`` (time zones), ``callers`` (caller
+  ids), ``privacy`` (masking), ``retention`` (how long memory is kept), ``text``,
+  ``records`` (what memory holds), ``limits`` (every limit), ``errors``;
+- ``store`` (the ``MemoryStore`` Protocol and ``open_store``), ``places`` (the
+  data folder); backends: ``sqlite_store`` (+ ``sqlite_schema``,
+  ``sqlite_search``), ``postgres_store`` (+ ``postgres_schema``), and over HTTP
+  ``hosted`` / ``outbox`` with ``supermemory_store``, ``mem0_store``, ``zep_store``.
+
+Units: times are seconds, sizes are characters.
+"""
+
+from .block import (
+    AGENT_CLAIMS_TITLE,
+    BLOCK_HEADER,
+    MEMORY_UNAVAILABLE,
+    NOTHING_KNOWN,
+    NOTHING_MATCHED,
+    STYLE_PREFIX,
+    STYLE_TITLE,
+    format_block,
+)
+from .call import CallMemory
+from .callers import normalise_caller_id, normalise_phone_number, validate_caller_id
+from .errors import (
+    InvalidCallerIdError,
+    InvalidFactError,
+    InvalidStoreUrlError,
+    MemoryStoreError,
+    SchemaMismatchError,
+    StoreUnavailableError,
+)
+from .facts import FACT_KINDS, Fact, FactKind, Remembered, reconcile
+from .figures import Trace
+from .limits import (
+    FLUSH_TIMEOUT,
+    MAX_BLOCK_CHARS,
+    RECALL_BUDGET,
+    RECALL_EXCHANGES,
+    RECENT_SUMMARIES,
+    WRITE_TIMEOUT,
+    switched_off,
+)
+from .pairing import TurnPairing
+from .privacy import SENSITIVE_NUMBERS, SensitiveNumber, mask_sensitive
+from .records import Exchange, Recall, Summary, exchange_key
+from .retention import PURGEABLE, Retention, purge_expired
+from .store import MemoryStore, open_store, redact_url
+
+__all__ = [
+    "AGENT_CLAIMS_TITLE",
+    "BLOCK_HEADER",
+    "FACT_KINDS",
+    "FLUSH_TIMEOUT",
+    "MAX_BLOCK_CHARS",
+    "MEMORY_UNAVAILABLE",
+    "NOTHING_KNOWN",
+    "NOTHING_MATCHED",
+    "PURGEABLE",
+    "RECALL_BUDGET",
+    "RECALL_EXCHANGES",
+    "RECENT_SUMMARIES",
+    "SENSITIVE_NUMBERS",
+    "STYLE_PREFIX",
+    "STYLE_TITLE",
+    "WRITE_TIMEOUT",
+    "CallMemory",
+    "Exchange",
+    "Fact",
+    "FactKind",
+    "InvalidCallerIdError",
+    "InvalidFactError",
+    "InvalidStoreUrlError",
+    "MemoryStore",
+    "MemoryStoreError",
+    "Recall",
+    "Remembered",
+    "Retention",
+    "SchemaMismatchError",
+    "SensitiveNumber",
+    "StoreUnavailableError",
+    "Summary",
+    "Trace",
+    "TurnPairing",
+    "exchange_key",
+    "format_block",
+    "mask_sensitive",
+    "normalise_caller_id",
+    "normalise_phone_number",
+    "open_store",
+    "purge_expired",
+    "reconcile",
+    "redact_url",
+    "switched_off",
+    "validate_caller_id",
+]

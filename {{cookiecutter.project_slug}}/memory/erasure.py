@@ -1,0 +1,63 @@
+"""Erasure at the caller's request, during the call: a fact, this call, or
+everything about the caller. An erasure of the call or of everything stops capture
+first, so nothing said before it is saved after it.
+
+What each backend's ``forget`` deletes (rows, index entries, file bytes) is in its
+docstring; an operator's erasure is ``memory_admin.py forget``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import FAIL_OPEN, InvalidFactError
+from .facts import fact_label, normalise_fact
+
+if TYPE_CHECKING:
+    from .call import CallMemory
+
+
+async def forget(
+    call: CallMemory, what: str, kind: str | None = None, value: str | None = None
+) -> str:
+    """Forget at the caller's request; returns a short sentence for the model
+    (never raises). ``what``: "fact" (every value of ``kind``, or with ``value``
+    only that one, e.g. one of several allergies), "everything" (every fact,
+    summary and exchange of the caller, this call's included, and nothing more is
+    saved in this call) or "this_call" (this call's exchanges, and nothing more of
+    it is saved)."""
+    if call.caller_id is None:
+        return "Memory is off for this call; nothing is stored to forget."
+    if what == "fact" and not kind:
+        return "Not forgotten: say which fact (its kind)."
+    if what not in ("fact", "everything", "this_call"):
+        return "Not forgotten: what must be 'fact', 'everything' or 'this_call'."
+    gone: str | None = None
+    if what == "fact":
+        try:
+            gone = normalise_fact(kind or "", "x")[0]
+        except InvalidFactError as exc:
+            return f"Not forgotten: {exc}."
+    else:
+        # Stop first, so nothing still to come brings anything back: the writer
+        # drops what is no longer pending, and a save already running finishes
+        # before the delete below (stores apply one caller's writes in order).
+        call.capturing = False
+        call.forgotten = True
+        call.writer.drop_all()
+        call.pairing.clear()
+    try:
+        n = await call.store.forget(
+            call.caller_id,
+            kind=gone,
+            value=value or None if gone else None,
+            call_id=call.call_id if what == "this_call" else None,
+        )
+    except FAIL_OPEN as exc:
+        call.warn("forget", "could not forget: %r", exc)
+        return "Forgetting failed; tell the caller it could not be done right now."
+    call.recaller.forgotten(gone, value or None, everything=what == "everything")
+    if what == "fact":
+        said = f"{fact_label(gone or '')} = {value}" if value else str(kind)
+        return f"Forgotten: {said}." if n else f"Nothing was stored as {said}."
+    return "Forgotten, and nothing more from this call will be kept."

@@ -1,0 +1,41 @@
+"""One error family for everything memory raises.
+
+Every error is a ``MemoryStoreError``; the kinds that come from bad input are also
+``ValueError``. The names end in ``Error`` (PEP 8, ruff N818), so a copied folder
+passes a linter that checks it.
+"""
+
+from __future__ import annotations
+
+
+class MemoryStoreError(Exception):
+    """Base class of every memory error."""
+
+
+class InvalidCallerIdError(MemoryStoreError, ValueError):
+    """A caller id that is empty, too long or has characters outside the allowed set."""
+
+
+class InvalidFactError(MemoryStoreError, ValueError):
+    """A fact whose kind or value is empty or too long."""
+
+
+class InvalidStoreUrlError(MemoryStoreError, ValueError):
+    """A MEMORY_URL that names no backend, or that the backend refuses."""
+
+
+class StoreUnavailableError(MemoryStoreError):
+    """The store cannot be reached or used right now (file gone, server down,
+    timeout)."""
+
+
+class SchemaMismatchError(MemoryStoreError):
+    """The store's schema is older or newer than this code, or is not a memory store;
+    the message says what to run."""
+
+
+FAIL_OPEN = (Exception,)
+"""What memory's fail-open code catches: any failure of a store, a model answer or a
+hook becomes "no memory this time", logged once, and never reaches the call. Named
+once, so every such catch says it is deliberate (a cancellation, which is not an
+``Exception``, still goes through)."""

@@ -1,0 +1,191 @@
+"""Memory kept at the Mem0 Platform (https://mem0.ai), over its v3 HTTP API.
+
+``MEMORY_URL=mem0://api.mem0.ai`` and ``MEM0_API_KEY`` (see .env.example). Each
+caller is one Mem0 user; each exchange, fact and call summary is one memory, stored
+verbatim (``infer: false``) with the item's fields as its metadata, so it reads back
+exactly. Mem0's own extraction (``infer: true``) is not used: it is asynchronous,
+answers with no memory ids (so a retry could not be recognised) and rewrites the
+caller's words. hosted.py does the rest: the durable outbox, retries, write-lag
+merging, forgetting. Routes and shapes are from Mem0's OpenAPI and API
+reference (github mem0ai/mem0, ``docs/openapi.json`` and ``docs/api-reference``) and the
+``mem0ai`` 2.2.1 SDK; method names follow the SDK (``add``, ``search``,
+``get_all``, ``update``, ``delete``, ``delete_users``). No ``GET /v1/ping/``.
+
+Caller ids -> user ids: Mem0 documents no character or length rule for ``user_id``
+[M0-OAS], so ``user_id(caller_id)`` is ``lkmem:`` + the caller id, unchanged:
+deterministic and collision-free, and apart from the organisation's other users.
+
+Idempotency: Mem0 has no idempotency key and no caller-chosen memory id; a resend
+is stored again [M0-OAS memories_add_v3]. The outbox is the ledger: it keeps each
+item's Mem0 memory id, so a new version is an ``update`` (PUT) of that memory, and
+a retry after a try whose outcome is unknown (an answer lost, a worker killed)
+first looks the item up by its id in the metadata. Not covered: a request still in
+flight at Mem0 when that look-up runs (the window is one request timeout).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .hosted import (
+    DELIVERY_TIMEOUT,
+    Item,
+    Service,
+    ServiceRejectedError,
+    open_hosted,
+    path,
+)
+
+DEFAULT_URL = "mem0://api.mem0.ai"
+PAGE_SIZE = 200
+"""Memories per list request (the API's maximum [M0-OAS])."""
+MAX_PAGES = 10
+"""List pages read at most per request (2,000 memories per caller)."""
+
+
+def open_store(url: str):
+    """Open the store a ``mem0:`` URL names (hosted.open_hosted: no network yet).
+    Raises InvalidStoreUrlError (bad URL, MEM0_API_KEY unset) or
+    StoreUnavailableError (outbox file unusable)."""
+    return open_hosted(url, Mem0)
+
+
+def user_id(caller_id: str) -> str:
+    """The caller's Mem0 ``user_id`` (see the module docstring)."""
+    return "lkmem:" + caller_id
+
+
+class Mem0(Service):
+    name = "Mem0"
+    scheme = "mem0"
+    default_host = "api.mem0.ai"
+    key_env = "MEM0_API_KEY"
+    auth_scheme = "Token"
+
+    async def put(self, item: Item, attempts: int) -> dict[str, Any]:
+        memory_id = item.remote.get("memory_id")
+        if memory_id is None and attempts:  # an earlier try may have been stored
+            memory_id = await self._find(item)
+        if memory_id is not None:
+            try:
+                await self.update(memory_id, item)
+                return {"memory_id": memory_id}
+            except ServiceRejectedError as exc:
+                if exc.status != 404:  # 404: deleted at Mem0 meanwhile, add it again
+                    raise
+        return {"memory_id": await self.add(item)}
+
+    async def add(self, item: Item) -> str:
+        """``add``: POST /v3/memories/add/ with ``infer: false`` (stored verbatim and at
+        once). 200 {event_id, status, message, results: [{id, data: {memory}, event}]}."""
+        body = {
+            "messages": [{"role": "user", "content": item.text()}],
+            "user_id": user_id(item.caller_id),
+            "metadata": item.metadata(),
+            "infer": False,
+        }
+        answer = await self.http.call(
+            "POST",
+            path("v3", "memories", "add") + "/",
+            json=body,
+            timeout=DELIVERY_TIMEOUT,
+        )
+        return answer["results"][0]["id"]
+
+    async def update(self, memory_id: str, item: Item) -> None:
+        """``update``: PUT /v1/memories/{id}/ {text, metadata}; 404 if it is gone."""
+        body = {"text": item.text(), "metadata": item.metadata()}
+        await self.http.call(
+            "PUT",
+            path("v1", "memories", memory_id) + "/",
+            json=body,
+            timeout=DELIVERY_TIMEOUT,
+        )
+
+    async def _find(self, item: Item) -> str | None:
+        found = await self.get_all(
+            item.caller_id, {"metadata": {"lkm_id": item.id}}, pages=1
+        )
+        return found[0]["id"] if found else None
+
+    async def get_all(
+        self,
+        caller_id: str,
+        filters: dict[str, Any] | None = None,
+        pages: int = MAX_PAGES,
+    ) -> list[dict[str, Any]]:
+        """``get_all``: POST /v3/memories/?page=&page_size= {filters}, page after page
+        while ``next`` is set. 200 {count, next, previous, results: [memory]}."""
+        found: list[dict[str, Any]] = []
+        for page in range(1, pages + 1):
+            answer = await self.http.call(
+                "POST",
+                path("v3", "memories") + "/",
+                params={"page": page, "page_size": PAGE_SIZE},
+                json={"filters": {"user_id": user_id(caller_id), **(filters or {})}},
+            )
+            found.extend(answer["results"])
+            if not answer.get("next"):
+                break
+        return found
+
+    async def search(self, caller_id: str, query: str, limit: int) -> list[Item]:
+        """``search``: POST /v3/memories/search/ {query, filters, top_k}; the user id
+        must be inside ``filters`` (top level is a 400). 200 {results: [memory + score]}."""
+        body = {
+            "query": query,
+            "filters": {
+                "user_id": user_id(caller_id),
+                "metadata": {"lkm_type": "exchange"},
+            },
+            "top_k": max(1, min(1000, limit)),
+        }
+        answer = await self.http.call(
+            "POST", path("v3", "memories", "search") + "/", json=body
+        )
+        return _items(caller_id, answer["results"])
+
+    async def listing(self, caller_id: str, kinds: tuple[str, ...]) -> list[Item]:
+        wanted = {"OR": [{"metadata": {"lkm_type": k}} for k in kinds]}
+        return [
+            i
+            for i in _items(caller_id, await self.get_all(caller_id, wanted))
+            if i.kind in kinds
+        ]
+
+    async def delete(
+        self, caller_id: str, items: list[tuple[str, dict[str, Any]]]
+    ) -> None:
+        """``delete``: DELETE /v1/memories/{id}/ for each; 404 = already gone."""
+        for item_id, remote in items:
+            memory_id = remote.get("memory_id")
+            if memory_id is None:
+                found = await self.get_all(
+                    caller_id, {"metadata": {"lkm_id": item_id}}, pages=1
+                )
+                memory_id = found[0]["id"] if found else None
+            if memory_id is not None:
+                await self.http.call(
+                    "DELETE",
+                    path("v1", "memories", memory_id) + "/",
+                    ok=(404,),
+                    timeout=DELIVERY_TIMEOUT,
+                )
+
+    async def delete_caller(self, caller_id: str) -> None:
+        """``delete_users``: DELETE /v2/entities/user/{user_id}/; 200 {message,
+        event_id}: queued, Mem0 deletes shortly after (the outbox hides the rest)."""
+        await self.http.call(
+            "DELETE",
+            path("v2", "entities", "user", user_id(caller_id)) + "/",
+            ok=(404,),
+            timeout=DELIVERY_TIMEOUT,
+        )
+
+
+def _items(caller_id: str, memories: list[dict[str, Any]]) -> list[Item]:
+    found = (
+        Item.from_metadata(caller_id, m.get("metadata"), {"memory_id": m["id"]})
+        for m in memories
+    )
+    return [i for i in found if i is not None]
