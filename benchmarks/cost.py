@@ -55,7 +55,7 @@ TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 sys.path[:0] = [str(TEMPLATE), str(ROOT / "benchmarks")]
 
 import memory  # noqa: E402
-from memory import sqlite_store  # noqa: E402
+from memory import sqlite_queries, sqlite_store  # noqa: E402
 from scale import FUNCTION_WORDS, Text, caller_of, percentile  # noqa: E402
 
 CALLER_A = "caller-a@example.com"  # 100 exchanges
@@ -80,7 +80,7 @@ def exchange(text: Text, caller: str, n: int) -> memory.Exchange:
 
 
 def load(path: Path, batch: list[memory.Exchange], facts: int = 0) -> None:
-    """Into the store's tables as a save writes them (sqlite_store._save; the store's
+    """Into the store's tables as a save writes them (sqlite_queries.save; the store's
     triggers keep its indexes) and into the bare FTS5 table, in one transaction.
     Every 12th exchange also gets a call summary (its two sides), and the first
     ``facts`` exchanges a fact each (kind "note", value its first 60 characters)."""
@@ -100,7 +100,7 @@ def load(path: Path, batch: list[memory.Exchange], facts: int = 0) -> None:
         [(e.caller_id, e.user_text[:60], e.created_at, e.created_at) for e in batch[:facts]],
     )
     for e in batch:  # the store's own write, so the index holds what a save puts there
-        sqlite_store._save(conn, e)
+        sqlite_queries.save(conn, e)
     conn.executemany(
         "INSERT INTO bare_fts (caller_key, user_text, assistant_text) VALUES (?, ?, ?)",
         [(sqlite_store.caller_key(e.caller_id), e.user_text, e.assistant_text) for e in batch],

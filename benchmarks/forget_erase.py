@@ -7,7 +7,7 @@ text and bulk load), one caller gets 12 exchanges, a fact and a summary, and the
 - forget: ``store.forget(caller)`` until it answers (the rows are gone from every
   query; what the caller and the model wait for);
 - erase: the work queued after it (FTS5 'optimize' + a TRUNCATE checkpoint,
-  sqlite_store._erase) until done, measured as the time until ``store.close()``
+  sqlite_queries.erase) until done, measured as the time until ``store.close()``
   returns; the write lock is held for most of it;
 - a save by another call that was queued behind the erase: how long it waited;
 - the file's size before and after, and how many copies of the forgotten caller's

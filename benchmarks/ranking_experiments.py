@@ -54,7 +54,7 @@ RARE = 0.05  # feedback words: in at most this share of the caller's turns
 
 
 class Ranker:
-    """The store's own turn search (``sqlite_store._search``) over one conversation's
+    """The store's own turn search (``sqlite_search.search``) over one conversation's
     file, with the query words and the ORDER BY (``order``) the variant chooses."""
 
     def __init__(self, S: Any, memory: Any, path: Path, caller_id: str, names: tuple[str, str]):
@@ -79,7 +79,7 @@ class Ranker:
         order = S.TURN_RANK
         if boost_side is not None:  # bm25 is negative: a larger factor ranks higher
             order += f" * CASE WHEN (rowid & 1) = {boost_side} THEN {boost} ELSE 1.0 END"
-        found: tuple[tuple[Any, ...], tuple[str, ...]] = S._search(
+        found: tuple[tuple[Any, ...], tuple[str, ...]] = S.search(
             self.conn, self.caller_id, match, 0, None, limit, order
         )
         return found
@@ -196,13 +196,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     held_out = set(args.held_out.split(","))
     bench = L.sqlite_bench("ranking-experiments-", held_out)
     memory = bench.memory
-    import sqlite_store as S  # the generated project's, on sys.path since Bench
+    # the generated project's, on sys.path since Bench
+    from memory import sqlite_search as S
+    from memory import sqlite_store
 
     scores: L.Scores = {}
     async for record, c, caller_id, store in bench.replayed(records[: args.conversations or None]):
         talk = record["conversation"]
         names = (talk["speaker_a"].lower(), talk["speaker_b"].lower())
-        path = S.path_of(bench.store_url(c.sample_id))
+        path = sqlite_store.path_of(bench.store_url(c.sample_id))
         ranker = Ranker(S, memory, path, caller_id, names)
         now = c.sessions[-1].at + 86400.0  # questions a day after the last session
         group = "held out" if c.sample_id in held_out else "tuning"

@@ -52,7 +52,7 @@ sys.path[:0] = [
 
 import memory  # noqa: E402
 import psycopg  # noqa: E402
-from memory import postgres_store, sqlite_store  # noqa: E402
+from memory import postgres_store, sqlite_queries  # noqa: E402
 
 CALLERS = 10_000
 FUNCTION_WORDS = ["i", "you", "the", "a", "to", "and", "of", "it", "that", "in", "is", "was"]
@@ -116,7 +116,7 @@ def load_sqlite(path: Any, batch: list[memory.Exchange]) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
     for e in batch:  # the store's own write, so the index holds what a save puts there
-        sqlite_store._save(conn, e)
+        sqlite_queries.save(conn, e)
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()

@@ -14,7 +14,7 @@ late summary falls back to the extractive one, losing no exchange. Cost: one ext
 LLM request per call, after the caller has hung up.
 
 Copy it into your agent: copy `memory/` and make agent.py's three touch points
-first (README.md, "Add memory to an agent you already have"); then copy `summarize_call` and the `summarize` line into your
+first (livekit-memory-kit's docs/add-memory-to-your-agent.md); then copy `summarize_call` and the `summarize` line into your
 own Agent, and `close_call` with `SUMMARY_TIMEOUT` into your entrypoint. Or build
 your Agent on this file's `Assistant` (tests/test_recipes.py does).
 """

@@ -11,7 +11,7 @@ note is a fact whose kind starts with `memory.STYLE_PREFIX` ("style_length",
 be mentioned, apart from the facts.
 
 Copy it into your agent: copy `memory/` and make agent.py's three touch points
-first (README.md, "Add memory to an agent you already have"); then copy the `note_style` tool, `STYLE_ASPECTS` and its two
+first (livekit-memory-kit's docs/add-memory-to-your-agent.md); then copy the `note_style` tool, `STYLE_ASPECTS` and its two
 instruction lines into your own Agent. Or build
 your Agent on this file's `Assistant` (tests/test_recipes.py does).
 """

@@ -13,7 +13,7 @@ every backend implements); "everything" and "this_call" also switch capture off 
 the rest of the call, so nothing said afterwards brings it back.
 
 Copy it into your agent: copy `memory/` and make agent.py's three touch points
-first (README.md, "Add memory to an agent you already have"); then copy the `forget` tool, the two instruction lines and
+first (livekit-memory-kit's docs/add-memory-to-your-agent.md); then copy the `forget` tool, the two instruction lines and
 `self._forget_request = None` in `__init__` into your own Agent. Or build
 your Agent on this file's `Assistant` (tests/test_recipes.py does).
 """

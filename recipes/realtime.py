@@ -26,7 +26,7 @@ instructions, the recall tool, capture from late transcripts, the guard for miss
 transcription. Not tested: a real provider's audio path.
 
 Copy it into your agent: copy `memory/` and make agent.py's three touch points
-first (README.md, "Add memory to an agent you already have"); then copy the `profile` argument, `on_enter`'s transcription
+first (livekit-memory-kit's docs/add-memory-to-your-agent.md); then copy the `profile` argument, `on_enter`'s transcription
 check and the `recall_memory` tool into your own Agent. Or build
 your Agent on this file's `Assistant` (tests/test_recipes.py does).
 """

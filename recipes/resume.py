@@ -15,7 +15,7 @@ reply being spoken at the crash is saved as far as LiveKit had added it; a reply
 never added is lost with the process.
 
 Copy it into your agent: copy `memory/` and make agent.py's three touch points
-first (README.md, "Add memory to an agent you already have"); then copy `resumed_assistant`, the `history` argument, `on_enter`
+first (livekit-memory-kit's docs/add-memory-to-your-agent.md); then copy `resumed_assistant`, the `history` argument, `on_enter`
 and the room-sid call id into your own Agent and entrypoint. Or build
 your Agent on this file's `Assistant` (tests/test_recipes.py does).
 """

@@ -18,7 +18,7 @@ dispatch with `{"dial": "+15550100200"}` in its metadata rings that number throu
 memory is read or written. Recall is the same as agent.py's.
 
 Copy it into your agent: copy `memory/` and make agent.py's three touch points
-first (README.md, "Add memory to an agent you already have"); then copy `on_enter`, `record_consent`, `dial`, the consent
+first (livekit-memory-kit's docs/add-memory-to-your-agent.md); then copy `on_enter`, `record_consent`, `dial`, the consent
 instructions and `capturing = False` in `__init__` into your own Agent. Or build
 your Agent on this file's `Assistant` (tests/test_recipes.py does).
 

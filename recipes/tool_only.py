@@ -14,7 +14,7 @@ to look things up; a model that does not will answer without what it was told in
 earlier calls.
 
 Copy it into your agent: copy `memory/` and make agent.py's three touch points
-first (README.md, "Add memory to an agent you already have"); then copy `on_enter`, the `recall_memory` tool and the
+first (livekit-memory-kit's docs/add-memory-to-your-agent.md); then copy `on_enter`, the `recall_memory` tool and the
 instructions into your own Agent, and drop the `with_memory` line. Or build
 your Agent on this file's `Assistant` (tests/test_recipes.py does).
 """

@@ -11,6 +11,10 @@ import pytest
 
 _MISSING = "KIT_POSTGRES_MISSING"  # why no server could be had ("" when one answers)
 
+# Projects of other shapes that tests copy and check with their own settings
+# (tests/fixtures/starter: LiveKit's starter layout, tests/test_existing_agent.py).
+collect_ignore = ["fixtures"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Make sure a PostgreSQL server answers for the whole run (tests/postgres_server.py),

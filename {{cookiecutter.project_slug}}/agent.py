@@ -6,8 +6,8 @@ points, each one visible line below:
   before each reply (never to the session history);
 - capture: `start_call_memory` saves each exchange after the reply is added;
 - close: the call's memory is flushed by a shutdown callback when the call ends.
-Everything else memory needs is in the `memory/` folder (copy it into your own
-agent: README.md, "Add memory to an agent you already have").
+Everything else memory needs is in the `memory/` folder; to copy it into an agent
+you already have, see livekit-memory-kit's docs/add-memory-to-your-agent.md.
 
 Run: `uv run -m livekit.agents download-files` once, then `lk agent console` (or
 `lk agent dev`; `uv run agent.py start` in production); a worker joins only rooms

@@ -35,8 +35,11 @@ from typing import Any
 from dotenv import load_dotenv
 
 import memory
+from memory.places import project_dir
 
-load_dotenv(Path(__file__).with_name(".env.local"))
+# The project's .env.local, where the agent reads it: in the project root (beside
+# pyproject.toml), also when this file sits in src/ beside a starter's agent.py.
+load_dotenv(project_dir() / ".env.local")
 
 DAY = 86_400.0
 READS = ("stats", "callers", "show", "export")

@@ -17,18 +17,23 @@ stores import only the modules below the store interface):
 
 - ``call`` (CallMemory), ``recall`` (budget and cache), ``pairing`` (which reply
   answers which turn), ``writer`` (background saves), ``ending`` (the end of a
-  call), ``erasure`` (forget during a call), ``speech`` (the wiring self-check),
-  ``figures`` (trace spans, the call's log line), ``health`` (a store known to be
-  down);
+  call), ``tools`` (what the remember and forget tools do), ``speech`` (the
+  wiring self-check), ``figures`` (trace spans, the call's log line), ``health`` (a
+  store known to be down);
 - ``block`` (the block and every sentence the model reads), ``facts`` (kinds and
   reconciliation), ``extraction`` (facts from a call's transcript), ``words``
   (search words, languages, stems), ``dates`` (time zones), ``callers`` (caller
   ids), ``privacy`` (masking), ``retention`` (how long memory is kept), ``text``,
   ``records`` (what memory holds), ``limits`` (every limit), ``errors``;
 - ``store`` (the ``MemoryStore`` Protocol and ``open_store``), ``places`` (the
-  data folder); backends: ``sqlite_store`` (+ ``sqlite_schema``,
-  ``sqlite_search``), ``postgres_store`` (+ ``postgres_schema``), and over HTTP
-  ``hosted`` / ``outbox`` with ``supermemory_store``, ``mem0_store``, ``zep_store``.
+  data folder); backends: ``sqlite_store`` (+ ``sqlite_file``: connections and
+  upgrades, ``sqlite_schema``: migrations, ``sqlite_search``: FTS5 terms and
+  ranking, ``sqlite_queries``: each operation's SQL), ``postgres_store`` (+
+  ``postgres_pool``: how work reaches the server, ``postgres_schema``: the schema
+  and its upgrade, ``postgres_search``, ``postgres_admin``: the operator's
+  command), and over HTTP ``hosted`` (+ ``hosted_http``, ``hosted_delivery``,
+  ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``) with
+  ``supermemory_store``, ``mem0_store``, ``zep_store``.
 
 Units: times are seconds, sizes are characters.
 """

@@ -16,13 +16,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .block import remembered_sentence
 from .callers import validate_caller_id
 from .ending import close, extractive_summary
-from .erasure import forget
-from .errors import FAIL_OPEN, InvalidFactError
+from .errors import FAIL_OPEN
 from .extraction import FactExtraction
-from .facts import Fact, kind_takes_many
 from .figures import CallFigures, traced_save
 from .health import store_health
 from .limits import FLUSH_TIMEOUT, MAX_BLOCK_CHARS, MIN_BLOCK_CHARS, RECALL_BUDGET
@@ -33,6 +30,7 @@ from .records import Exchange
 from .retention import purge_in_background
 from .speech import ReplyCheck
 from .store import MemoryStore, NoStore
+from .tools import forget, remember
 from .writer import ExchangeWriter
 
 logger = logging.getLogger("memory")
@@ -273,33 +271,10 @@ class CallMemory:
 
     async def remember(self, kind: str, value: str, *, always: bool = False) -> str:
         """Save a fact for the caller; returns a short sentence for the model (never
-        raises). Refused while capture is off (the caller has not consented, or asked
-        to be forgotten), unless ``always`` (for the consent answer itself). When it
-        says the save failed, the fact was not saved and will not be later."""
-        if self.caller_id is None:
-            return "Memory is off for this call, so this was not saved."
-        if self.forgotten:
-            return "Not saved: the caller asked not to be remembered in this call."
-        if not (self.capturing or always):
-            return "Not saved: this call is not being remembered."
-        if self.masking:
-            kind, value = (
-                mask_sensitive(str(kind or "")),
-                mask_sensitive(str(value or "")),
-            )
-        try:
-            done = await self.store.remember(self.caller_id, Fact.of(kind, value))
-        except InvalidFactError as exc:
-            return f"Not saved: {exc}."
-        except FAIL_OPEN as exc:
-            self.warn("remember", "could not save a fact: %r", exc)
-            return "Saving that failed; tell the caller it could not be remembered this time."
-        # The cached recall of this turn is kept: the model already has the fact in
-        # the tool call, and a reply that loops through tools recalls only once.
-        others = self.recaller.remembered(done.fact)
-        return remembered_sentence(
-            done, others if kind_takes_many(done.fact.kind) else ()
-        )
+        raises). Refused while capture is off (no consent, or the caller asked to be
+        forgotten), unless ``always`` (the consent answer itself). See
+        ``tools.remember``."""
+        return await remember(self, kind, value, always=always)
 
     def summary(self) -> str | None:
         """This call's extractive summary (``ending.extractive_summary``)."""
@@ -312,7 +287,7 @@ class CallMemory:
         (never raises). ``what``: "fact" (every value of ``kind``, or with ``value``
         only that one), "everything" (every fact, summary and exchange of the caller,
         and nothing more is saved in this call) or "this_call" (this call's exchanges,
-        and nothing more of it is saved). See ``erasure.forget``."""
+        and nothing more of it is saved). See ``tools.forget``."""
         return await forget(self, what, kind, value)
 
     # -- the end --

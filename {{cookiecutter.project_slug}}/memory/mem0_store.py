@@ -36,7 +36,6 @@ from .hosted import (
     path,
 )
 
-DEFAULT_URL = "mem0://api.mem0.ai"
 PAGE_SIZE = 200
 """Memories per list request (the API's maximum [M0-OAS])."""
 MAX_PAGES = 10

@@ -1,8 +1,8 @@
 """The outbox of the hosted memory backends: a small SQLite file on the worker.
 
 Every write (exchange, fact, call summary, forget) of a hosted store (hosted.py) is
-first written here (stdlib sqlite3; hosted.py runs it on a thread of its own, never on
-the event loop), then delivered to the service in the background, oldest first. An
+first written here (stdlib sqlite3, run on threads of its own by ``OutboxThreads``,
+never on the event loop), then delivered to the service in the background, oldest first. An
 outage, a storm of 5xx answers or a worker killed mid-call loses nothing: the rows
 wait in the file, and the next process that opens it delivers them. Delivered rows
 are marked and kept ``KEEP_DELIVERED`` seconds: they cover the service's write lag
@@ -11,35 +11,30 @@ are marked and kept ``KEEP_DELIVERED`` seconds: they cover the service's write l
 exports, ``callers``, ``stats``, ``purge``). Forgotten items become tombstones that
 hide what the service still returns until its delete is done.
 
-- ``Item``: one exchange, fact or call summary, as the outbox and a service see it;
-- ``Outbox``: the file: durable writes, leases for delivery, the record, tombstones.
+- ``Outbox``: the file: durable writes, the record, tombstones (what it holds is
+  ``outbox_items``'s; the leases and outcomes of delivery ``outbox_ledger``'s);
+- ``OutboxThreads``: the file run off the event loop.
 
 Units: seconds (times are seconds since the epoch unless said otherwise).
 """
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import json
-import os
 import sqlite3
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field, replace
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from .errors import StoreUnavailableError
-from .facts import Fact, fact_label, kind_takes_many, value_key
-from .records import Exchange, Summary
+from .outbox_items import KIND_OF, Item, Row, Tombstones
 
 SETTLE = 1.0
 """Seconds an exchange without a reply waits before delivery, so the reply usually
 joins it first (one write per exchange instead of two)."""
-LEASE = 30.0
-"""Seconds a process holds the rows it is delivering; rows of a process that died
-are taken over by another one after this."""
 LAG_WINDOW = 600.0
 """Seconds after delivery during which recall still takes an exchange from the
 outbox: the services make writes searchable seconds to minutes later."""
@@ -51,141 +46,6 @@ delete is queued or processed (Mem0 and Zep delete asynchronously)."""
 MAX_PENDING = 10_000
 """Undelivered rows the outbox holds at most; past it saves fail (ExchangeWriter
 keeps and retries them) and the log says so."""
-
-KINDS = ("exchange", "fact", "summary")
-KIND_OF = {"exchanges": "exchange", "facts": "fact", "summaries": "summary"}
-"""PURGEABLE's names -> Item kinds."""
-
-
-def short_hash(*parts: str) -> str:
-    """24 hex digits of SHA-256 over ``parts``: ids for facts and summaries."""
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
-
-
-# -- What is stored ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Item:
-    """One exchange, fact or call summary, as the outbox and a Service see it.
-
-    ``id`` is stable per caller: the exchange key, ``fact-<hash of kind>`` (a newer
-    fact of the same kind replaces the item; for a kind that takes many values, one
-    item per value: ``fact-<hash of kind and value>``; a replaced value kept as
-    history is an item of its own), ``summary-<hash of call id>``. ``at`` is
-    the exchange's or summary's ``created_at``, the fact's ``updated_at`` (seconds
-    since the epoch). ``data`` holds the memory type's fields; ``remote`` the
-    service's own ids for it (what a Service returned from ``put``)."""
-
-    id: str
-    caller_id: str
-    kind: str
-    call_id: str
-    at: float
-    data: dict[str, Any]
-    remote: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of_exchange(cls, e: Exchange) -> Item:
-        data = {**e.__dict__, "item_ids": list(e.item_ids)}
-        return cls(e.key, e.caller_id, "exchange", e.call_id, e.created_at, data)
-
-    @classmethod
-    def of_fact(cls, caller_id: str, f: Fact) -> Item:
-        # replaced_at 0.0: a current value (metadata values cannot be null at Zep)
-        data = {
-            "kind": f.kind,
-            "value": f.value,
-            "updated_at": f.updated_at,
-            "learned_at": f.learned_at,
-            "replaced_at": f.replaced_at or 0.0,
-        }
-        if f.replaced_at is not None:
-            item_id = short_hash(f.kind, value_key(f.value), repr(f.replaced_at))
-        elif kind_takes_many(f.kind):
-            item_id = short_hash(f.kind, value_key(f.value))
-        else:
-            item_id = short_hash(f.kind)
-        return cls(f"fact-{item_id}", caller_id, "fact", "", f.updated_at, data)
-
-    @classmethod
-    def of_summary(cls, caller_id: str, s: Summary) -> Item:
-        data = {"call_id": s.call_id, "text": s.text, "created_at": s.created_at}
-        item_id = f"summary-{short_hash(s.call_id)}"
-        return cls(item_id, caller_id, "summary", s.call_id, s.created_at, data)
-
-    def exchange(self) -> Exchange:
-        return Exchange(**{**self.data, "item_ids": tuple(self.data["item_ids"])})
-
-    def fact(self) -> Fact:
-        d = self.data  # items written before dates were kept have no learned_at
-        return Fact(
-            d["kind"],
-            d["value"],
-            d["updated_at"],
-            d.get("learned_at") or 0.0,
-            d.get("replaced_at") or None,
-        )
-
-    def summary(self) -> Summary:
-        return Summary(self.data["call_id"], self.data["text"], self.data["created_at"])
-
-    def text(self) -> str:
-        """What the service reads: words, not JSON (it extracts and indexes them)."""
-        d = self.data
-        if self.kind == "fact" and d.get("replaced_at"):  # history, not true now
-            return f"{fact_label(d['kind'])} (no longer current): {d['value']}"
-        if self.kind == "fact":
-            return f"{fact_label(d['kind'])}: {d['value']}"
-        if self.kind == "summary":
-            return f"Summary of an earlier call: {d['text']}"
-        # (an empty caller side: the call's opening, the agent's greeting alone)
-        said = [f"Caller: {d['user_text']}"] if d["user_text"] else []
-        return "\n".join(
-            said + ([f"Agent: {d['assistant_text']}"] if d["assistant_text"] else [])
-        )
-
-    def metadata(self) -> dict[str, Any]:
-        """The item as flat metadata (str, number, bool, list of str; 10 keys at most,
-        Zep's limit [ZEP-SDK3]), which the services store and return as given: how an
-        item read back from a service is rebuilt exactly (``from_metadata``)."""
-        return {
-            "lkm_type": self.kind,
-            "lkm_id": self.id,
-            **{f"lkm_{k}": v for k, v in self.data.items()},
-        }
-
-    @classmethod
-    def from_metadata(
-        cls, caller_id: str, meta: Any, remote: dict[str, Any] | None = None
-    ) -> Item | None:
-        """The Item a service returned, or None for anything this kit did not write."""
-        try:
-            data = {k[4:]: v for k, v in meta.items() if k.startswith("lkm_")}
-            kind, item_id = data.pop("type"), data.pop("id")
-            if kind not in KINDS:
-                return None
-            item = cls(
-                item_id,
-                caller_id,
-                kind,
-                data.get("call_id", ""),
-                0.0,
-                data,
-                remote or {},
-            )
-            # rebuilding the memory type checks every field is there
-            at = {
-                "exchange": lambda: item.exchange().created_at,
-                "fact": lambda: item.fact().updated_at,
-                "summary": lambda: item.summary().created_at,
-            }[kind]()
-            return replace(item, at=float(at))
-        except (AttributeError, KeyError, TypeError, ValueError):
-            return None
-
-
-# -- The outbox ----------------------------------------------------------------------
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -238,51 +98,18 @@ CREATE TABLE IF NOT EXISTS remote_ids (
 PENDING = "delivered < version AND rejected = 0"
 
 
-@dataclass(frozen=True)
-class Row:
-    """An item as the outbox holds it."""
-
-    item: Item
-    version: int
-    delivered: int
-    delivered_at: float | None
-    attempts: int
-
-    @property
-    def pending(self) -> bool:
-        return self.delivered < self.version
-
-
-@dataclass(frozen=True)
-class Tombstones:
-    """What was forgotten: item ids, call ids, and a time before which everything of
-    the caller is gone. ``hides`` tells whether an item the service returned is one."""
-
-    items: frozenset[str] = frozenset()
-    calls: frozenset[str] = frozenset()
-    before: float = 0.0
-
-    def hides(self, item: Item) -> bool:
-        return (
-            item.id in self.items
-            or (item.kind != "fact" and item.call_id in self.calls)
-            or item.at <= self.before
-        )
-
-
 class Outbox:
-    """The local SQLite file: durable writes, delivery bookkeeping, the record.
+    """The local SQLite file: durable writes, the record, tombstones.
 
     Synchronous and blocking: HostedStore calls the writes from one thread and the
     reads from others (each thread has its own connection; in WAL mode a read never
     waits for a write, so recall never queues behind delivery bookkeeping). Several
     worker processes may share the file: WAL, a busy timeout, and leases on rows
-    being delivered. ``synchronous=FULL``: a row is on disk when ``put`` returns.
+    being delivered (``outbox_ledger``). ``synchronous=FULL``: a row is on disk when ``put`` returns.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.me = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -321,7 +148,8 @@ class Outbox:
                 self._connections.append(conn)
         return conn
 
-    def _tx(self) -> Any:
+    def transaction(self) -> Any:
+        """A context manager: BEGIN IMMEDIATE, then COMMIT, or ROLLBACK on an error."""
         db = self.db
 
         class Tx:
@@ -347,7 +175,7 @@ class Outbox:
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError("the write was not started in time; nothing was written")
         now = time.time()
-        with self._tx() as db:
+        with self.transaction() as db:
             waiting = db.execute(
                 f"SELECT count(*) FROM items WHERE {PENDING}"
             ).fetchone()[0]
@@ -406,7 +234,7 @@ class Outbox:
                 where + " AND call_id = ? AND kind != 'fact'",
                 [*args, scope["call"]],
             )
-        with self._tx() as db:
+        with self.transaction() as db:
             local = db.execute(
                 f"SELECT id, remote, delivered, lease_until FROM items WHERE {where}",
                 args,
@@ -440,7 +268,7 @@ class Outbox:
         """Delete every caller's ``what`` older than ``before``, here and (queued) at
         the service; returns how many."""
         kind = KIND_OF[what]
-        with self._tx() as db:
+        with self.transaction() as db:
             rows = db.execute(
                 "SELECT caller_id, id, remote, delivered FROM items WHERE kind = ? AND at < ?",
                 (kind, before),
@@ -463,124 +291,6 @@ class Outbox:
                     (caller_id, json.dumps(items)),
                 )
         return len(rows)
-
-    # -- delivery --
-
-    def claim(self, limit: int) -> tuple[list[dict[str, Any]], list[Row]]:
-        """Lease due work to this process: queued deletes first, then items of
-        callers with no delete waiting (so a delete never overtakes an earlier save,
-        nor a save an earlier delete)."""
-        now = time.time()
-        free = "next_at <= ? AND lease_until <= ?"
-        with self._tx() as db:
-            deletes = [
-                {
-                    "seq": r[0],
-                    "caller_id": r[1],
-                    "everything": bool(r[2]),
-                    "items": json.loads(r[3]),
-                    "attempts": r[4],
-                }
-                for r in db.execute(
-                    f"SELECT seq, caller_id, everything, items, attempts FROM deletes WHERE {free} "
-                    "AND seq IN (SELECT min(seq) FROM deletes GROUP BY caller_id) "
-                    "ORDER BY seq LIMIT ?",
-                    (now, now, limit),
-                )
-            ]
-            rows = db.execute(
-                f"""SELECT caller_id, id, kind, call_id, at, data, remote, version, delivered,
-                           delivered_at, attempts FROM items
-                    WHERE {PENDING} AND {free}
-                      AND caller_id NOT IN (SELECT caller_id FROM deletes)
-                    ORDER BY at LIMIT ?""",
-                (now, now, limit),
-            ).fetchall()
-            # attempts counts tries as they start: a process killed mid-request leaves
-            # a count, so the next one knows the service may have acted (Mem0 looks first)
-            for d in deletes:
-                db.execute(
-                    "UPDATE deletes SET lease = ?, lease_until = ?, attempts = attempts + 1 "
-                    "WHERE seq = ?",
-                    (self.me, now + LEASE, d["seq"]),
-                )
-            for r in rows:
-                db.execute(
-                    "UPDATE items SET lease = ?, lease_until = ?, attempts = attempts + 1 "
-                    "WHERE caller_id = ? AND id = ?",
-                    (self.me, now + LEASE, r[0], r[1]),
-                )
-        return deletes, [_row(r) for r in rows]
-
-    def delivered(self, row: Row, remote: dict[str, Any]) -> None:
-        """The service has ``row``'s version. If the item was forgotten meanwhile, its
-        service copy is deleted next."""
-        with self._tx() as db:
-            changed = db.execute(
-                """UPDATE items SET delivered = ?, delivered_at = ?, remote = ?, attempts = 0,
-                       lease = NULL, lease_until = 0, error = NULL
-                   WHERE caller_id = ? AND id = ?""",
-                (
-                    row.version,
-                    time.time(),
-                    json.dumps(remote),
-                    row.item.caller_id,
-                    row.item.id,
-                ),
-            ).rowcount
-            if not changed:
-                db.execute(
-                    "INSERT INTO deletes (caller_id, everything, items) VALUES (?, 0, ?)",
-                    (row.item.caller_id, json.dumps([[row.item.id, remote]])),
-                )
-
-    def failed(
-        self,
-        table: str,
-        key: tuple[Any, ...],
-        error: BaseException,
-        retry_in: float | None,
-    ) -> None:
-        """A delivery failed: try again in ``retry_in`` seconds, or never (None: the
-        service rejected the item itself; it stays here, marked)."""
-        where = "seq = ?" if table == "deletes" else "caller_id = ? AND id = ?"
-        rejected = ", rejected = 1" if retry_in is None and table == "items" else ""
-        self.db.execute(
-            f"""UPDATE {table} SET next_at = ?, lease = NULL,
-                    lease_until = 0, error = ? {rejected} WHERE {where}""",
-            (
-                time.time() + (retry_in if retry_in is not None else 1e9),
-                repr(error)[:500],
-                *key,
-            ),
-        )
-
-    def due_now(self) -> None:
-        """Make every undelivered row due (``close``: no more waiting for replies)."""
-        self.db.execute(
-            f"UPDATE items SET next_at = 0 WHERE {PENDING} AND attempts = 0"
-        )
-
-    def deleted(self, seq: int) -> None:
-        self.db.execute("DELETE FROM deletes WHERE seq = ?", (seq,))
-
-    def backlog(self) -> tuple[int, float | None, float | None]:
-        """(undelivered rows, seconds the oldest has waited, seconds until the next is
-        due) for the log and the delivery loop."""
-        now = time.time()
-        count, oldest, due = self.db.execute(
-            "SELECT count(*), min(queued_at), min(max(next_at, lease_until)) FROM items "
-            f"WHERE {PENDING}"
-        ).fetchone()
-        d_count, d_due = self.db.execute(
-            "SELECT count(*), min(max(next_at, lease_until)) FROM deletes"
-        ).fetchone()
-        dues = [x for x in (due, d_due) if x is not None]
-        return (
-            count + d_count,
-            None if oldest is None else now - oldest,
-            None if not dues else max(0.0, min(dues) - now),
-        )
 
     # -- reads --
 
@@ -607,7 +317,7 @@ class Outbox:
             frozenset(m[1] for m in forgotten if m[1]),
             max((m[2] for m in forgotten), default=0.0),
         )
-        return [_row(r) for r in found], tombstones
+        return [row_of(r) for r in found], tombstones
 
     def callers(self, after: str, limit: int) -> list[str]:
         rows = self.db.execute(
@@ -626,19 +336,6 @@ class Outbox:
             **{what: counts.get(k, 0) for what, k in KIND_OF.items()},
         }
 
-    def remote_id(self, caller_id: str, name: str) -> str | None:
-        row = self.db.execute(
-            "SELECT value FROM remote_ids WHERE caller_id = ? AND name = ?",
-            (caller_id, name),
-        ).fetchone()
-        return row[0] if row else None
-
-    def set_remote_id(self, caller_id: str, name: str, value: str) -> None:
-        self.db.execute(
-            "INSERT OR REPLACE INTO remote_ids (caller_id, name, value) VALUES (?, ?, ?)",
-            (caller_id, name, value),
-        )
-
     def close(self) -> None:
         with self._lock:
             for conn in self._connections:
@@ -646,6 +343,51 @@ class Outbox:
             self._connections.clear()
 
 
-def _row(r: Any) -> Row:
+def row_of(r: Any) -> Row:
+    """The Row of an ``items`` row selected as ``Outbox.rows`` selects it."""
     item = Item(r[1], r[0], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
     return Row(item, r[7], r[8], r[9], r[10])
+
+
+class OutboxThreads:
+    """The outbox file at ``path`` run off the event loop: its writes on one thread
+    (SQLite has one writer at a time anyway), its reads on threads of their own, so
+    a recall never waits behind a delivery's write. Raises ``StoreUnavailableError``
+    for a file that cannot be used, and for work asked of it once ``closed``."""
+
+    def __init__(self, path: Path) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="memory-outbox")
+        self._readers = ThreadPoolExecutor(2, thread_name_prefix="memory-outbox-read")
+        try:
+            self.outbox: Outbox = self._executor.submit(Outbox, path).result()
+        except (sqlite3.Error, OSError) as exc:
+            self._executor.shutdown()
+            self._readers.shutdown()
+            raise StoreUnavailableError(
+                f"cannot use {path} as the memory outbox: {exc}"
+            ) from exc
+        self.closed = False
+
+    async def read(self, fn: Any, *args: Any) -> Any:
+        """Run an outbox read on a reader thread (never behind a write)."""
+        if self.closed:
+            raise StoreUnavailableError("the memory store is closed")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._readers, fn, *args
+        )
+
+    async def write(self, fn: Any, *args: Any) -> Any:
+        """Run an outbox write on the writer thread."""
+        if self.closed:
+            raise StoreUnavailableError("the memory store is closed")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, fn, *args
+        )
+
+    async def close(self) -> None:
+        """Refuse more work, wait for the threads' work, and close the file."""
+        self.closed = True
+        loop = asyncio.get_running_loop()
+        for executor in (self._readers, self._executor):
+            await loop.run_in_executor(None, executor.shutdown, True)
+        self.outbox.close()

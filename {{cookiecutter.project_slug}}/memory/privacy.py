@@ -3,7 +3,7 @@
 Card numbers, national ids (US SSN), bank accounts and IBANs are replaced by a label
 such as "[card number]" before anything is saved, shown to the model or logged.
 Retention (how long memory is kept) is in ``retention.py``; erasure is each store's
-``forget``.
+``forget`` (``tools.forget`` during a call).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import os
 import re
 from typing import Any, Protocol
@@ -19,6 +20,8 @@ from .facts import Fact, Remembered
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
 from .places import default_url
 from .records import Exchange, Recall, Summary
+
+logger = logging.getLogger("memory")
 
 
 class MemoryStore(Protocol):
@@ -172,7 +175,9 @@ def open_store(url: str | None = None, *, create: bool = True) -> MemoryStore:
     when it cannot be used; the message names the URL.
     """
     url = url if url is not None else os.getenv("MEMORY_URL", "")
-    url = url.strip() or default_url()
+    if not url.strip():
+        url = default_url()
+        logger.info("memory: MEMORY_URL is unset; the embedded default: %s", url)
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
     if ":" not in url or not re.fullmatch(r"[a-z][a-z0-9]*", scheme):
         raise InvalidStoreUrlError(

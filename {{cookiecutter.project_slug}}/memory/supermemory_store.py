@@ -38,7 +38,6 @@ from .hosted import (
     service_id,
 )
 
-DEFAULT_URL = "supermemory://api.supermemory.ai"
 PAGE = 100
 """Documents per list request (the API's maximum [SM-V5DOCS list-resources])."""
 MAX_PAGES = 20

@@ -47,7 +47,6 @@ from .hosted import (
 )
 from .limits import MAX_FACT_VALUE_CHARS
 
-DEFAULT_URL = "zep://api.getzep.com"
 MAX_MESSAGE_CHARS = 4096
 """Longest message content Zep accepts [ZEP-REPO limits.py]; longer turns are cut
 for Zep (the outbox keeps them whole)."""

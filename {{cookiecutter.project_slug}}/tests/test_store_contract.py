@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 from collections.abc import AsyncIterator
 
 import pytest
@@ -79,9 +80,15 @@ LATER_CALLS = {
     "korean": ("다음 주에 부산에 가요", "부산 여행 기억나요?"),
     "thai": ("พรุ่งนี้ฉันจะไปเชียงใหม่", "เรื่องเชียงใหม่คุณจำได้ไหม"),
 }
-OUR_SEARCH = {"sqlite_store", "postgres_store"}
+OUR_SEARCH = {"memory.sqlite_store", "memory.postgres_store"}
 """Backends whose search is this project's (memory.words.search_words); a hosted service
 searches with its own engine."""
+
+
+def test_the_backends_searched_here_are_modules_of_the_memory_folder():
+    # A name that matches no module would skip the language tests below in silence.
+    for module in OUR_SEARCH:
+        assert importlib.util.find_spec(module) is not None, module
 
 
 @pytest.mark.parametrize("language", sorted(LATER_CALLS))

@@ -19,7 +19,7 @@ import time
 import pytest
 
 import memory
-from memory import hosted, outbox
+from memory import hosted, hosted_delivery, hosted_http, outbox, outbox_ledger
 from tests.doubles import make_exchange
 from tests.store_fixtures import FAKE, running_fake  # noqa: F401  (fixture `fake`)
 
@@ -29,7 +29,7 @@ ALICE = "alice@example.com"
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch):
     # the outbox's backoff in tenths of a second, so outages fit in a test
-    monkeypatch.setattr(hosted, "BACKOFF", (0.05, 0.1, 0.2, 0.2, 0.2))
+    monkeypatch.setattr(hosted_delivery, "BACKOFF", (0.05, 0.1, 0.2, 0.2, 0.2))
     monkeypatch.setattr(outbox, "SETTLE", 0.0)
 
 
@@ -132,7 +132,7 @@ async def test_a_calls_last_writes_are_delivered_when_the_call_ends(store, fake)
 
 def _caller_in_a_worker(url: str, turns: list[str], ready) -> None:
     # A worker process mid-call: the turns are accepted, deliveries are in flight.
-    outbox.LEASE = 1.0  # so the next process takes the rows over within the test
+    outbox_ledger.LEASE = 1.0  # so the next process takes the rows over within the test
 
     async def main() -> None:
         store = memory.open_store(url)
@@ -175,7 +175,7 @@ async def test_a_worker_killed_mid_call_loses_nothing_and_the_next_process_deliv
 async def test_the_log_says_once_when_the_outbox_backs_up_and_once_when_it_drains(
     store, fake, monkeypatch, caplog
 ):
-    monkeypatch.setattr(hosted, "BACKLOG_WARNING", 3)
+    monkeypatch.setattr(hosted_delivery, "BACKLOG_WARNING", 3)
     fake.down()
     keys = set()
     with caplog.at_level(logging.INFO, logger="memory.hosted"):
@@ -265,7 +265,7 @@ async def test_an_unreachable_service_fails_recall_fast_and_the_reply_says_memor
 async def test_a_service_that_stops_answering_is_cut_off_by_the_timeout(
     store, fake, monkeypatch
 ):
-    monkeypatch.setattr(hosted, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(hosted_http, "READ_TIMEOUT", 0.3)
     fake.stall(3.0, times=10)
     started = time.monotonic()
     with pytest.raises(

@@ -29,7 +29,7 @@ import psycopg
 import pytest
 
 import memory
-from memory import postgres_store
+from memory import postgres_pool, postgres_schema, postgres_store
 from tests.doubles import make_exchange
 from tests.livekit_job import run_job
 from tests.store_fixtures import own_schema, server_or_skip, with_params
@@ -249,14 +249,14 @@ def test_migrations_are_applied_in_order_from_an_older_schema(monkeypatch, store
     asyncio.run(remember())
     later = "ALTER TABLE {s}.facts ADD COLUMN source text;"
     monkeypatch.setattr(
-        postgres_store, "MIGRATIONS", [*postgres_store.MIGRATIONS, later]
+        postgres_schema, "MIGRATIONS", [*postgres_schema.MIGRATIONS, later]
     )
-    now = len(postgres_store.MIGRATIONS)
-    monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", now)
-    assert postgres_store.upgrade_sql(schema_of(store_url), now - 1).endswith(
+    now = len(postgres_schema.MIGRATIONS)
+    monkeypatch.setattr(postgres_schema, "SCHEMA_VERSION", now)
+    assert postgres_schema.upgrade_sql(schema_of(store_url), now - 1).endswith(
         f"version = {now};"
     )
-    assert postgres_store.upgrade(store_url) == (now - 1, now)
+    assert postgres_schema.upgrade(store_url) == (now - 1, now)
     with admin() as conn:
         s = schema_of(store_url)
         assert conn.execute(f"SELECT version FROM {s}.schema_version").fetchone() == (
@@ -292,7 +292,7 @@ def test_a_schema_at_any_older_version_upgrades_keeping_every_row(monkeypatch, v
         "en": "Where did I hike?",
     }
     with own_schema(upgraded=False) as url:
-        monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", version)
+        monkeypatch.setattr(postgres_schema, "SCHEMA_VERSION", version)
         assert postgres_store.upgrade(url) == (0, version)
         s = schema_of(url)
         with admin() as conn:
@@ -352,7 +352,7 @@ def test_facts_from_version_1_keep_their_value_and_are_dated_by_their_last_updat
     monkeypatch,
 ):
     with own_schema(upgraded=False) as url:
-        monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", 1)
+        monkeypatch.setattr(postgres_schema, "SCHEMA_VERSION", 1)
         assert postgres_store.upgrade(url) == (0, 1)
         s = schema_of(url)
         with admin() as conn:
@@ -405,7 +405,7 @@ async def test_a_worker_without_the_schema_says_so_once_and_calls_go_on_without_
         )
         # The operator runs the upgrade; the worker finds it at its next look.
         postgres_store.upgrade(url)
-        monkeypatch.setattr(store, "_recheck_at", 0.0)
+        monkeypatch.setattr(store._pool, "_recheck_at", 0.0)
         call = memory.CallMemory(store, ALICE, "call-9")
         assert (await call.remember("city", "Porto")).startswith("Saved")
         await call.aclose()
@@ -612,7 +612,7 @@ async def test_a_role_made_before_version_4_saves_and_recalls_after_the_upgrade(
 ):
     # Its saves now write the word counts (through the triggers): upgrade grants them.
     with own_schema(upgraded=False) as url:
-        monkeypatch.setattr(postgres_store, "SCHEMA_VERSION", 3)
+        monkeypatch.setattr(postgres_schema, "SCHEMA_VERSION", 3)
         postgres_store.upgrade(url)
         monkeypatch.undo()
         with app_role(url, "acme", before_version_4=True) as role_url:
@@ -743,7 +743,7 @@ async def test_a_forget_is_never_overtaken_by_a_save_made_before_it(store):
 async def test_an_exhausted_pool_is_logged_once_and_calls_go_on(
     store, store_url, caplog, monkeypatch
 ):
-    monkeypatch.setattr(postgres_store, "READ_TIMEOUT", 0.4)
+    monkeypatch.setattr(postgres_pool, "READ_TIMEOUT", 0.4)
     await store.remember(ALICE, memory.Fact.of("name", "Alice"))
     with admin() as blocker:
         # Writes stuck behind a lock hold every connection of the pool.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import memory
-from memory import sqlite_store
+from memory import sqlite_queries, sqlite_store
 from tests.doubles import make_exchange
 
 ALICE = "alice@example.com"
@@ -34,7 +34,7 @@ def other_callers(db: Path, count: int) -> None:
     conn.execute("BEGIN")
     for n in range(count):
         text = f"caller {n} talks about trains, weather and the number {n}"
-        sqlite_store._save(conn, make_exchange(n, caller=f"other-{n % 97}", text=text))
+        sqlite_queries.save(conn, make_exchange(n, caller=f"other-{n % 97}", text=text))
     conn.execute("COMMIT")
     conn.close()
 

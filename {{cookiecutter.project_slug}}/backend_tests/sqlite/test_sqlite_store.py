@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import memory
-from memory import sqlite_store
+from memory import sqlite_file, sqlite_schema, sqlite_search, sqlite_store
 from tests.doubles import make_exchange
 
 PROJECT = Path(__file__).resolve().parents[1]  # where agent.py is
@@ -109,7 +109,7 @@ NAMES = ["Ann", "Ben", "Cid", "Dan", "Eve", "Fay", "Gus", "Hal", "Ida", "Jon"]
 async def _coffee_every_call(
     store, monkeypatch, count: int = 10
 ) -> list[memory.Exchange]:
-    monkeypatch.setattr(sqlite_store, "MAX_RANKED", 4)
+    monkeypatch.setattr(sqlite_search, "MAX_RANKED", 4)
     said = [
         make_exchange(
             n, text=f"coffee with {name} again", call_id=f"call-{n}", at=1e9 + n
@@ -152,7 +152,7 @@ async def test_a_word_the_caller_always_says_still_finds_their_newest_exchanges(
     recall = await store.recall(ALICE, "What about coffee?")
     # the newest MAX_RANKED rows that hold it are ranked (rowids grow with time); rows
     # are turns, and two of each exchange hold it: the caller's, and the reply's
-    # context (see sqlite_store._index_turns)
+    # context (see sqlite_schema._index_turns)
     assert sorted(e.user_text for e in recall.exchanges) == sorted(
         e.user_text for e in said[-2:]
     )
@@ -357,7 +357,7 @@ def _big_old_file_locked(
 def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each try of a background upgrade gives up after the store's busy timeout (2 s)
     # and the next comes 0.5 s later; cut both so a test sees several tries quickly.
-    monkeypatch.setattr(sqlite_store, "UPGRADE_RETRY_AFTER", 0.05)
+    monkeypatch.setattr(sqlite_file, "UPGRADE_RETRY_AFTER", 0.05)
     monkeypatch.setattr(
         sqlite_store.SQLiteStore.__init__, "__kwdefaults__", {"busy_timeout": 0.05}
     )
@@ -576,7 +576,7 @@ def test_a_sqlite_url_without_a_file_is_refused_by_name(url):
 
 
 def test_the_default_is_memory_db_in_the_data_folder_outside_the_source(
-    monkeypatch, tmp_path
+    monkeypatch, tmp_path, caplog
 ):
     # the project's root is the folder above memory/ holding pyproject.toml
     assert memory.places.project_dir() == PROJECT
@@ -584,9 +584,12 @@ def test_the_default_is_memory_db_in_the_data_folder_outside_the_source(
     monkeypatch.delenv("MEMORY_URL", raising=False)
     monkeypatch.setattr(memory.places, "project_dir", lambda: tmp_path)
     monkeypatch.delenv("MEMORY_DATA_DIR", raising=False)
-    store = memory.open_store()
+    with caplog.at_level(logging.INFO, logger="memory"):
+        store = memory.open_store()
     assert store.path == tmp_path / "data" / "memory.db" and store.path.exists()
     asyncio.run(store.close())
+    # the log says which store a worker took when nothing was set
+    assert f"the embedded default: sqlite:///{store.path.as_posix()}" in caplog.text
     monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "volume"))
     store = memory.open_store()
     assert store.path == tmp_path / "volume" / "memory.db"
@@ -616,13 +619,13 @@ def test_migrations_are_applied_in_order_from_an_older_file(
     db_path, store_url, monkeypatch
 ):
     monkeypatch.setattr(
-        sqlite_store,
+        sqlite_schema,
         "MIGRATIONS",
-        [*sqlite_store.MIGRATIONS, "CREATE TABLE notes (x TEXT);"],
+        [*sqlite_schema.MIGRATIONS, "CREATE TABLE notes (x TEXT);"],
     )
-    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", len(sqlite_store.MIGRATIONS))
+    monkeypatch.setattr(sqlite_schema, "SCHEMA_VERSION", len(sqlite_schema.MIGRATIONS))
     conn = sqlite3.connect(db_path)
-    for statement in sqlite_store._split_sql(str(sqlite_store.MIGRATIONS[0])):
+    for statement in sqlite_schema.split_sql(str(sqlite_schema.MIGRATIONS[0])):
         conn.execute(statement)
     conn.execute("INSERT INTO facts VALUES ('a', 'name', 'Alice', 1000.0)")
     conn.execute("PRAGMA user_version = 1")
@@ -631,7 +634,7 @@ def test_migrations_are_applied_in_order_from_an_older_file(
     store = memory.open_store(store_url)
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == len(
-        sqlite_store.MIGRATIONS
+        sqlite_schema.MIGRATIONS
     )
     # a fact from before dates were kept was learned when it was last updated
     assert conn.execute(

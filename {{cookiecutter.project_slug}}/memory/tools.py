@@ -1,17 +1,20 @@
-"""Erasure at the caller's request, during the call: a fact, this call, or
-everything about the caller. An erasure of the call or of everything stops capture
-first, so nothing said before it is saved after it.
+"""What memory's tools do for the model during a call: remember a fact the caller
+gave, and forget at the caller's request (a fact, this call, or everything about
+the caller). Each returns one sentence for the model and never raises.
 
-What each backend's ``forget`` deletes (rows, index entries, file bytes) is in its
-docstring; an operator's erasure is ``memory_admin.py forget``.
+An erasure of the call or of everything stops capture first, so nothing said before
+it is saved after it. What each backend's ``forget`` deletes (rows, index entries,
+file bytes) is in its docstring; an operator's erasure is ``memory_admin.py forget``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .block import remembered_sentence
 from .errors import FAIL_OPEN, InvalidFactError
-from .facts import fact_label, normalise_fact
+from .facts import Fact, fact_label, kind_takes_many, normalise_fact
+from .privacy import mask_sensitive
 
 if TYPE_CHECKING:
     from .call import CallMemory
@@ -61,3 +64,36 @@ async def forget(
         said = f"{fact_label(gone or '')} = {value}" if value else str(kind)
         return f"Forgotten: {said}." if n else f"Nothing was stored as {said}."
     return "Forgotten, and nothing more from this call will be kept."
+
+
+async def remember(
+    call: CallMemory, kind: str, value: str, *, always: bool = False
+) -> str:
+    """Save a fact for the caller; returns a short sentence for the model (never
+    raises). Refused while capture is off (the caller has not consented, or asked
+    to be forgotten), unless ``always`` (for the consent answer itself). When it
+    says the save failed, the fact was not saved and will not be later."""
+    if call.caller_id is None:
+        return "Memory is off for this call, so this was not saved."
+    if call.forgotten:
+        return "Not saved: the caller asked not to be remembered in this call."
+    if not (call.capturing or always):
+        return "Not saved: this call is not being remembered."
+    if call.masking:
+        kind, value = (
+            mask_sensitive(str(kind or "")),
+            mask_sensitive(str(value or "")),
+        )
+    try:
+        done = await call.store.remember(call.caller_id, Fact.of(kind, value))
+    except InvalidFactError as exc:
+        return f"Not saved: {exc}."
+    except FAIL_OPEN as exc:
+        call.warn("remember", "could not save a fact: %r", exc)
+        return (
+            "Saving that failed; tell the caller it could not be remembered this time."
+        )
+    # The cached recall of this turn is kept: the model already has the fact in
+    # the tool call, and a reply that loops through tools recalls only once.
+    others = call.recaller.remembered(done.fact)
+    return remembered_sentence(done, others if kind_takes_many(done.fact.kind) else ())

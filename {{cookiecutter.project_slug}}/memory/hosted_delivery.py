@@ -1,0 +1,225 @@
+"""Delivery of a hosted store's writes: a background loop in the job's event loop
+takes what is due from the outbox (``outbox_ledger``), deletes first, puts each item
+to the service, and records the outcome: delivered, tried again after a backoff (a
+429's wait, a 5xx, a timeout) or, for a request the service refused, kept and
+marked. The log says once that the outbox backs up, and once that it drained.
+
+Units: seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from .errors import FAIL_OPEN, StoreUnavailableError
+from .hosted_http import (
+    Http,
+    RateLimitedError,
+    ServiceRejectedError,
+    ServiceUnavailableError,
+)
+from .outbox import MAX_PENDING, OutboxThreads
+from .outbox_items import Row
+from .outbox_ledger import Ledger
+
+if TYPE_CHECKING:  # hosted imports this module
+    from .hosted import Service
+
+logger = logging.getLogger("memory.hosted")
+
+DELIVERY_TIMEOUT = 10.0
+"""Seconds one background delivery may take (the caller never waits for it)."""
+CLOSE_TIMEOUT = 2.0
+"""Seconds ``close`` spends delivering what is left; the rest waits in the outbox."""
+BACKOFF = (0.5, 2.0, 5.0, 15.0, 60.0)
+"""Seconds before the 1st, 2nd, ... retry of a failed delivery (then every 60 s)."""
+BACKLOG_WARNING = 100
+"""Undelivered rows (or as many seconds for the oldest) past which the log says, once,
+that the outbox is backing up."""
+
+
+class Delivery:
+    """The delivery of one HostedStore: ``kick`` starts or wakes the loop, ``flush``
+    delivers what waits within a bound, ``stop`` ends the loop (the store's
+    ``close``). Failures never reach the caller: they are recorded in the outbox
+    and logged once."""
+
+    def __init__(
+        self, service: Service, http: Http, io: OutboxThreads, ledger: Ledger
+    ) -> None:
+        self._service = service
+        self._http = http
+        self._io = io
+        self._ledger = ledger
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._round: asyncio.Lock | None = None
+        self._round_loop: asyncio.AbstractEventLoop | None = None
+        self._warned: set[str] = set()
+        self._last_error: BaseException | None = None
+
+    def kick(self) -> None:
+        """Start the delivery loop in the running event loop (the job's), or wake it."""
+        if self._io.closed:
+            return
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._deliver_forever(), name="memory-outbox")
+        assert self._wake is not None
+        self._wake.set()
+
+    async def _deliver_forever(self) -> None:
+        while not self._io.closed:
+            try:
+                if await self.deliver_once():
+                    continue
+                count, oldest, due = await self._io.read(self._ledger.backlog)
+            except StoreUnavailableError:
+                return  # closed
+            except FAIL_OPEN as exc:  # the outbox file itself: try again shortly
+                self.warn_once("outbox", "memory outbox error: %r", exc)
+                count, oldest, due = 0, None, 5.0
+            self._report_backlog(count, oldest)
+            wait = min(60.0, due if due is not None else 60.0)
+            wait = max(wait, self._http.paused_until - time.monotonic(), 0.01)
+            assert self._wake is not None
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    async def deliver_once(self) -> bool:
+        """Deliver what is due now (deletes first); returns False when nothing was.
+        One round at a time per process, so ``flush`` waits for the background
+        loop's round instead of finding its rows leased."""
+        loop = asyncio.get_running_loop()
+        if self._round is None or self._round_loop is not loop:  # a lock is one loop's
+            self._round, self._round_loop = asyncio.Lock(), loop
+        async with self._round:
+            deletes, rows = await self._io.write(self._ledger.claim, 16)
+            for d in deletes:
+                await self._delete(d)
+            await asyncio.gather(*(self._put(r) for r in rows))
+        return bool(deletes or rows)
+
+    async def _put(self, row: Row) -> None:
+        try:
+            remote = await asyncio.wait_for(
+                self._service.put(row.item, row.attempts), DELIVERY_TIMEOUT
+            )
+        except FAIL_OPEN as exc:
+            retry = self._retry_in(exc, row.attempts)
+            if retry is None:
+                # The service's answer may quote what it was sent (the caller's words):
+                # only its status above DEBUG.
+                why = type(exc).__name__
+                if isinstance(exc, ServiceRejectedError):
+                    why = f"status {exc.status}"
+                logger.error(
+                    "memory: %s rejected %s %s of caller %s (%s); it stays in %s",
+                    self._service.name,
+                    row.item.kind,
+                    row.item.id,
+                    row.item.caller_id,
+                    why,
+                    self._io.outbox.path,
+                )
+                logger.debug("memory: %s's answer: %s", self._service.name, exc)
+            await self._io.write(
+                self._ledger.failed,
+                "items",
+                (row.item.caller_id, row.item.id),
+                exc,
+                retry,
+            )
+        else:
+            await self._io.write(self._ledger.delivered, row, remote)
+
+    async def _delete(self, d: dict[str, Any]) -> None:
+        try:
+            if d["everything"]:
+                await asyncio.wait_for(
+                    self._service.delete_caller(d["caller_id"]), DELIVERY_TIMEOUT
+                )
+            else:
+                items = [(i, r) for i, r in d["items"]]
+                await asyncio.wait_for(
+                    self._service.delete(d["caller_id"], items), DELIVERY_TIMEOUT
+                )
+        except FAIL_OPEN as exc:
+            # a refused delete is retried hourly: forgetting must not be dropped
+            retry = self._retry_in(exc, d["attempts"]) or 3600.0
+            await self._io.write(
+                self._ledger.failed, "deletes", (d["seq"],), exc, retry
+            )
+        else:
+            await self._io.write(self._ledger.deleted, d["seq"])
+
+    def _retry_in(self, exc: BaseException, attempts: int) -> float | None:
+        self._last_error = exc
+        if isinstance(exc, ServiceRejectedError):
+            return None
+        if isinstance(exc, RateLimitedError):
+            return exc.retry_after
+        if not isinstance(exc, (ServiceUnavailableError, TimeoutError)):
+            self.warn_once("deliver", "memory delivery failed unexpectedly: %r", exc)
+        return BACKOFF[min(attempts, len(BACKOFF) - 1)]
+
+    def _report_backlog(self, count: int, oldest: float | None) -> None:
+        # Once when the outbox backs up, once when it has drained: never every turn.
+        backed_up = count >= BACKLOG_WARNING or (oldest or 0) >= BACKLOG_WARNING
+        if backed_up and "backlog" not in self._warned:
+            self._warned.add("backlog")
+            logger.warning(
+                "memory outbox is backing up: %d write(s) not yet delivered to %s, the oldest "
+                "waiting %.0f s (last error: %r); they are safe in %s and will be delivered "
+                "when %s answers (at most %d are kept)",
+                count,
+                self._service.name,
+                oldest or 0,
+                self._last_error,
+                self._io.outbox.path,
+                self._service.name,
+                MAX_PENDING,
+            )
+        elif count == 0 and "backlog" in self._warned:
+            self._warned.discard("backlog")
+            logger.info(
+                "memory outbox drained: every write was delivered to %s",
+                self._service.name,
+            )
+
+    def warn_once(self, kind: str, message: str, *args: Any) -> None:
+        """Log a warning of ``kind`` once per store (the store's own too)."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            logger.warning(message, *args)
+
+    async def flush(self, timeout: float = CLOSE_TIMEOUT) -> int:
+        """Deliver what is waiting, for at most ``timeout`` seconds; returns how many
+        writes are still undelivered (they stay in the outbox)."""
+        await self._io.write(self._ledger.due_now)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if not await asyncio.wait_for(
+                    self.deliver_once(), deadline - time.monotonic()
+                ):
+                    break
+            except TimeoutError:
+                break
+        count, oldest, _ = await self._io.read(self._ledger.backlog)
+        self._report_backlog(count, oldest)
+        return count
+
+    def stop(self) -> None:
+        """Cancel the loop, if it runs in this event loop."""
+        if (
+            self._task is not None
+            and self._task.get_loop() is asyncio.get_running_loop()
+        ):
+            self._task.cancel()

@@ -1,0 +1,189 @@
+"""The operator's command for the PostgreSQL store, run as ``uv run -m
+memory.postgres_store status|sql|upgrade|check|vacuum`` (``main``): the schema's
+version against this code's, the SQL an upgrade would run (or a login role held to
+one tenant), the upgrade itself, whether tenant isolation is in force, and a vacuum
+that reclaims what forget and purge deleted. Synchronous: it runs outside any call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+# psycopg is installed only where this backend is used (``psycopg[binary,pool]``);
+# elsewhere a type checker reads these names as Any instead of failing the folder.
+import psycopg  # type: ignore[import-not-found, unused-ignore]
+
+from .errors import InvalidStoreUrlError, SchemaMismatchError
+from .places import project_dir
+from .postgres_schema import (
+    COUNTS,
+    SCHEMA_VERSION,
+    SEARCH_INDEXES,
+    TABLES,
+    Target,
+    one_row,
+    read_version,
+    upgrade,
+    upgrade_sql,
+)
+from .store import redact_url
+
+DEFAULT_URL = "postgresql://"
+"""libpq's defaults: the PG* environment variables (PGHOST, PGDATABASE, PGUSER...)."""
+
+
+def app_role_sql(schema: str, role: str, tenant: str) -> str:
+    """SQL (for the schema's owner) that makes ``role`` a login role held to
+    ``tenant`` by row-level security: no superuser, no BYPASSRLS, not the owner, and
+    unable to change which tenant it is bound to. Raises InvalidStoreUrlError for a bad name."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", role):
+        raise InvalidStoreUrlError(f"role {role!r}: use a-z, 0-9 and _ (63 at most)")
+    return f"""-- A role for workers of tenant '{tenant}'; set its password with \\password {role}
+CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE
+    ON {schema}.exchanges, {schema}.facts, {schema}.summaries TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.caller_words, {schema}.caller_sizes TO {role};
+GRANT SELECT ON {schema}.schema_version, {schema}.tenant_roles TO {role};
+INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
+    ON CONFLICT (role_name) DO UPDATE SET tenant = excluded.tenant;"""
+
+
+def vacuum(url: str) -> None:
+    """Reclaim what forget and purge deleted, without blocking the workers: VACUUM
+    the tables, and rebuild the search indexes and the word counts' key, whose pages
+    keep the words of deleted rows (with no link to any row) until they are rebuilt.
+    (A table page keeps a deleted row's bytes until a new row reuses the space.)"""
+    target = Target(url)
+    with target.connect(autocommit=True) as conn:
+        for table in (*TABLES, *COUNTS):
+            conn.execute(f"VACUUM {target.schema}.{table}")
+        for index in (*SEARCH_INDEXES, "caller_words_pkey"):
+            conn.execute(f"REINDEX INDEX CONCURRENTLY {target.schema}.{index}")
+
+
+def isolation_report(url: str) -> list[tuple[bool, str]]:
+    """Is tenant isolation in force for the URL's role? (ok, what was checked) pairs;
+    it is when every one is ok. Raises psycopg errors."""
+    target = Target(url)
+    s, tenant = target.schema, target.tenant
+    with target.connect() as conn:
+        role, superuser, bypass = one_row(
+            conn.execute(
+                "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+            ).fetchone()
+        )
+        rls_on, owner = one_row(
+            conn.execute(
+                """SELECT count(*) FILTER (WHERE relrowsecurity),
+                      coalesce(bool_or(pg_has_role(current_user, relowner, 'USAGE')), false)
+               FROM pg_class WHERE relnamespace = to_regnamespace(%s) AND relname = ANY(%s)""",
+                [s, [*TABLES, *COUNTS]],
+            ).fetchone()
+        )
+        bound = remap = None
+        if read_version(conn, s) > 0:
+            row = conn.execute(
+                f"SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user"
+            ).fetchone()
+            bound = row[0] if row else None
+            privilege = (
+                "SELECT has_table_privilege(%s, 'INSERT, UPDATE, DELETE, TRUNCATE')"
+            )
+            remap = one_row(conn.execute(privilege, [f"{s}.tenant_roles"]).fetchone())[
+                0
+            ]
+    return [
+        (
+            not superuser,
+            f"role {role} is not a superuser (a superuser bypasses row-level security)",
+        ),
+        (not bypass, f"role {role} does not have BYPASSRLS"),
+        (
+            not owner,
+            f"role {role} does not own the tables (owners bypass row-level security)",
+        ),
+        (
+            rls_on == len(TABLES) + len(COUNTS),
+            f"row-level security is on for {', '.join((*TABLES, *COUNTS))} in schema {s}",
+        ),
+        (
+            bound == tenant,
+            f"{s}.tenant_roles binds {role} to tenant {tenant!r} (found: {bound!r})",
+        ),
+        (remap is False, f"role {role} cannot change {s}.tenant_roles"),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The operator command. Exit codes: 0 fine, 1 something to do (status: upgrade
+    needed; check: isolation not in force), 2 the server or the URL could not be used."""
+    import os
+
+    from dotenv import load_dotenv
+
+    parser = argparse.ArgumentParser(
+        prog="python -m memory.postgres_store", description=main.__doc__
+    )
+    parser.add_argument(
+        "command", choices=["status", "sql", "upgrade", "check", "vacuum"]
+    )
+    parser.add_argument(
+        "--url", help="default: MEMORY_URL from the environment or .env.local"
+    )
+    parser.add_argument(
+        "--app-role", metavar="NAME", help="sql: print a role held to this tenant"
+    )
+    args = parser.parse_args(argv)
+    load_dotenv(project_dir() / ".env.local")
+    url = args.url or os.getenv("MEMORY_URL") or DEFAULT_URL
+    try:
+        target = Target(url)
+        if args.command == "sql" and args.app_role:
+            print(app_role_sql(target.schema, args.app_role, target.tenant))
+            return 0
+        if args.command == "upgrade":
+            before, after = upgrade(url)
+            print(
+                f"{target.where}: version {before} -> {after}"
+                if before < after
+                else f"{target.where}: already at version {after}; nothing to do"
+            )
+            return 0
+        if args.command == "check":
+            report = isolation_report(url)
+            for ok, line in report:
+                # each line states what isolation needs: "FAIL" marks one not met
+                print(f"{'ok  ' if ok else 'FAIL'} {line}")
+            enforced = all(ok for ok, _ in report)
+            print(
+                f"tenant isolation is {'' if enforced else 'NOT '}in force for {redact_url(url)}"
+            )
+            return 0 if enforced else 1
+        if args.command == "vacuum":
+            vacuum(url)
+            print(f"{target.where}: vacuumed; the search indexes rebuilt")
+            return 0
+        with target.connect() as conn:
+            found = read_version(conn, target.schema)
+        if args.command == "sql":
+            print(
+                upgrade_sql(target.schema, found) or f"-- {target.where} is up to date"
+            )
+            return 0
+        state = (
+            "up to date"
+            if found == SCHEMA_VERSION
+            else "missing: run upgrade"
+            if found == 0
+            else "older: run upgrade"
+            if found < SCHEMA_VERSION
+            else "newer than this code"
+        )
+        print(f"{target.where}: version {found}, this code {SCHEMA_VERSION}: {state}")
+        return 0 if found == SCHEMA_VERSION else 1
+    except (psycopg.Error, InvalidStoreUrlError, SchemaMismatchError) as exc:
+        print(f"error: {exc}".strip(), file=sys.stderr)
+        return 2

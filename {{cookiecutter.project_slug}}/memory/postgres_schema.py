@@ -1,0 +1,307 @@
+"""The PostgreSQL store's schema: what a URL names (server, schema, tenant), the
+migrations, and the upgrade an operator runs (``uv run -m memory.postgres_store
+upgrade``, see ``postgres_admin``); workers never create or change the schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+# psycopg is installed only where this backend is used (``psycopg[binary,pool]``);
+# elsewhere a type checker reads these names as Any instead of failing the folder.
+import psycopg  # type: ignore[import-not-found, unused-ignore]
+from psycopg.conninfo import (  # type: ignore[import-not-found, unused-ignore]
+    conninfo_to_dict,
+)
+
+from .errors import InvalidStoreUrlError, SchemaMismatchError
+from .postgres_search import pair_vector
+from .store import redact_url
+
+DEFAULT_SCHEMA = "livekit_memory"
+DEFAULT_TENANT = "default"
+CONNECT_TIMEOUT = 3  # seconds (libpq's least is 2)
+
+
+class Target:
+    """What a ``postgresql:`` URL names: ``conninfo`` for libpq (our parameters taken
+    out), ``schema``, ``tenant``, and ``where`` to name it in messages (no password).
+    Raises ``InvalidStoreUrlError``."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme.split("+")[0] not in ("postgresql", "postgres"):
+            raise InvalidStoreUrlError(
+                f"{redact_url(url)!r} is not a postgresql:// URL"
+            )
+        params = dict(parse_qsl(parts.query, keep_blank_values=True))
+        self.schema = params.pop("schema", "") or DEFAULT_SCHEMA
+        self.tenant = params.pop("tenant", "") or DEFAULT_TENANT
+        # A lower-case name needs no quoting, so it goes into SQL as it is.
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", self.schema):
+            raise InvalidStoreUrlError(
+                f"schema={self.schema!r}: use a-z, 0-9 and _ (63 at most)"
+            )
+        if not re.fullmatch(r"[A-Za-z0-9_.:@+\-]{1,128}", self.tenant):
+            raise InvalidStoreUrlError(
+                f"tenant={self.tenant!r}: use letters, digits and _.:@+-"
+            )
+        self.conninfo = urlunsplit(
+            ("postgresql", parts.netloc, parts.path, urlencode(params), "")
+        )
+        try:
+            info = conninfo_to_dict(self.conninfo)
+        except psycopg.ProgrammingError as exc:  # libpq refused a parameter
+            raise InvalidStoreUrlError(f"{redact_url(url)!r}: {exc}") from None
+        self.where = (
+            f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}"
+            f"/{info.get('dbname') or ''} schema {self.schema}"
+        )
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection:
+        """A synchronous connection (open_store's check, the operator commands)."""
+        return psycopg.connect(self.conninfo, connect_timeout=CONNECT_TIMEOUT, **kwargs)
+
+
+def read_version(conn: psycopg.Connection, schema: str) -> int:
+    """The schema's version (0: none); raises psycopg errors."""
+    if one_row(
+        conn.execute("SELECT to_regclass(%s)", [f"{schema}.schema_version"]).fetchone()
+    )[0]:
+        return one_row(
+            conn.execute(f"SELECT version FROM {schema}.schema_version").fetchone()
+        )[0]
+    return 0
+
+
+def _index_pairs(conn: psycopg.Connection, s: str) -> None:
+    """Fill the pairs column of the exchanges saved before it existed."""
+    # Only rows with non-ASCII text can have pairs; they are read in batches
+    # (a server-side cursor) so a large table is not held in memory.
+    with conn.cursor(name="pairs_to_index") as rows, conn.cursor() as update:
+        rows.execute(
+            f"SELECT tenant, caller_id, key, user_text || ' ' || assistant_text"
+            f" FROM {s}.exchanges WHERE (user_text || assistant_text) ~ '[^[:ascii:]]'"
+        )
+        while batch := rows.fetchmany(1000):
+            update.executemany(
+                f"UPDATE {s}.exchanges SET pairs = %s::tsvector"
+                " WHERE tenant = %s AND caller_id = %s AND key = %s",
+                [
+                    (v, *row[:3])
+                    for row in batch
+                    if (v := pair_vector(row[3])) is not None
+                ],
+            )
+
+
+# Each entry takes a schema ({s}) from version N to N+1; {s}.schema_version holds N:
+# SQL, or SQL and then a function (connection, schema) for a step that needs Python.
+# Append, never edit: databases in the field are at every version. Row-level security
+# binds each role listed in {s}.tenant_roles to its tenant; owners and superusers are
+# not bound (see `check`).
+_OWN_TENANT = (
+    "tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user)"
+)
+MIGRATIONS: list[str | tuple[str, Callable[[psycopg.Connection, str], None]]] = [
+    """
+CREATE TABLE {s}.schema_version (version integer NOT NULL);
+INSERT INTO {s}.schema_version VALUES (0);
+CREATE TABLE {s}.exchanges (
+    tenant         text NOT NULL,
+    caller_id      text NOT NULL,
+    key            text NOT NULL,
+    seq            bigint GENERATED ALWAYS AS IDENTITY,  -- insertion order, for ties
+    call_id        text NOT NULL,
+    user_text      text NOT NULL,
+    assistant_text text NOT NULL,
+    interrupted    boolean NOT NULL,
+    item_ids       text[] NOT NULL,
+    created_at     double precision NOT NULL,  -- seconds since the epoch, as in memory.py
+    search         tsvector GENERATED ALWAYS AS
+                   (to_tsvector('english', user_text || ' ' || assistant_text)) STORED,
+    PRIMARY KEY (tenant, caller_id, key)
+);
+CREATE INDEX exchanges_by_time ON {s}.exchanges (tenant, caller_id, created_at);
+CREATE INDEX exchanges_search ON {s}.exchanges USING gin (search);
+CREATE TABLE {s}.facts (
+    tenant     text NOT NULL,
+    caller_id  text NOT NULL,
+    kind       text NOT NULL,
+    value      text NOT NULL,
+    updated_at double precision NOT NULL,
+    PRIMARY KEY (tenant, caller_id, kind)
+);
+CREATE TABLE {s}.summaries (
+    tenant     text NOT NULL,
+    caller_id  text NOT NULL,
+    call_id    text NOT NULL,
+    text       text NOT NULL,
+    created_at double precision NOT NULL,
+    PRIMARY KEY (tenant, caller_id, call_id)
+);
+CREATE TABLE {s}.tenant_roles (role_name name PRIMARY KEY, tenant text NOT NULL);
+"""
+    + "".join(
+        f"ALTER TABLE {{s}}.{t} ENABLE ROW LEVEL SECURITY;\n"
+        f"CREATE POLICY own_tenant ON {{s}}.{t} USING ({_OWN_TENANT}) WITH CHECK ({_OWN_TENANT});\n"
+        for t in ("exchanges", "facts", "summaries")
+    ),
+    # 2: facts keep dates and history, and a kind may hold several values
+    # (reconcile decides which), so (tenant, caller_id, kind) is no longer unique.
+    """
+ALTER TABLE {s}.facts DROP CONSTRAINT facts_pkey;
+ALTER TABLE {s}.facts ADD COLUMN learned_at double precision NOT NULL DEFAULT 0;
+UPDATE {s}.facts SET learned_at = updated_at;
+ALTER TABLE {s}.facts ADD COLUMN replaced_at double precision;  -- NULL: a current value
+CREATE INDEX facts_by_caller ON {s}.facts (tenant, caller_id, kind);
+""",
+    # 3: Chinese, Japanese, Korean and Thai searched by character pairs (pair_vector),
+    # which the writes compute; existing rows are indexed in Python (_index_pairs).
+    (
+        """
+ALTER TABLE {s}.exchanges ADD COLUMN pairs tsvector;  -- NULL: no such text
+CREATE INDEX exchanges_pairs ON {s}.exchanges USING gin (pairs);
+""",
+        _index_pairs,
+    ),
+    # 4: recall weighs each word by how rare it is in the caller's own exchanges
+    # (BM25), read from counts that triggers on exchanges keep (count_words).
+    """
+CREATE TABLE {s}.caller_words (
+    tenant    text NOT NULL,
+    caller_id text NOT NULL,
+    word      text NOT NULL,     -- a lexeme of search or pairs
+    exchanges integer NOT NULL,  -- the caller's exchanges that hold it
+    PRIMARY KEY (tenant, caller_id, word)
+);
+CREATE TABLE {s}.caller_sizes (
+    tenant    text NOT NULL,
+    caller_id text NOT NULL,
+    exchanges integer NOT NULL,  -- the caller's exchanges
+    words     bigint NOT NULL,   -- the lexemes they hold, in all
+    PRIMARY KEY (tenant, caller_id)
+);
+-- One statement's rows at a time (a purge's too), in key order, so that writes of
+-- one caller made at once wait for each other instead of deadlocking. A word whose
+-- count falls to 0 is deleted: forget leaves none of the caller's words here.
+CREATE FUNCTION {s}.count_words() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+    changed text := CASE TG_OP
+        WHEN 'INSERT' THEN 'SELECT tenant, caller_id, search, pairs, 1 AS d FROM new_rows'
+        WHEN 'DELETE' THEN 'SELECT tenant, caller_id, search, pairs, -1 AS d FROM old_rows'
+        ELSE 'SELECT tenant, caller_id, search, pairs, 1 AS d FROM new_rows UNION ALL '
+             'SELECT tenant, caller_id, search, pairs, -1 FROM old_rows' END;
+    v text := 'search || coalesce(pairs, ''''::tsvector)';
+BEGIN
+    EXECUTE format(
+        'INSERT INTO {s}.caller_words SELECT tenant, caller_id, w, sum(d) FROM (%s) c,'
+        ' unnest(tsvector_to_array(%s)) w GROUP BY 1, 2, 3 HAVING sum(d) <> 0'
+        ' ORDER BY 1, 2, 3 ON CONFLICT (tenant, caller_id, word)'
+        ' DO UPDATE SET exchanges = caller_words.exchanges + excluded.exchanges', changed, v);
+    EXECUTE format(
+        'INSERT INTO {s}.caller_sizes SELECT tenant, caller_id, sum(d), sum(d * length(%s))'
+        ' FROM (%s) c GROUP BY 1, 2 ORDER BY 1, 2 ON CONFLICT (tenant, caller_id)'
+        ' DO UPDATE SET exchanges = caller_sizes.exchanges + excluded.exchanges,'
+        ' words = caller_sizes.words + excluded.words', v, changed);
+    IF TG_OP <> 'INSERT' THEN
+        EXECUTE format(
+            'DELETE FROM {s}.caller_words c USING (SELECT DISTINCT tenant, caller_id, w'
+            ' FROM old_rows, unnest(tsvector_to_array(%s)) w) o WHERE c.tenant = o.tenant'
+            ' AND c.caller_id = o.caller_id AND c.word = o.w AND c.exchanges <= 0', v);
+        DELETE FROM {s}.caller_sizes c USING (SELECT DISTINCT tenant, caller_id FROM old_rows) o
+            WHERE c.tenant = o.tenant AND c.caller_id = o.caller_id AND c.exchanges <= 0;
+    END IF;
+    RETURN NULL;
+END $f$;
+CREATE TRIGGER count_inserted AFTER INSERT ON {s}.exchanges REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_words();
+CREATE TRIGGER count_deleted AFTER DELETE ON {s}.exchanges REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_words();
+CREATE TRIGGER count_updated AFTER UPDATE ON {s}.exchanges
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_words();
+INSERT INTO {s}.caller_words SELECT tenant, caller_id, w, count(*) FROM {s}.exchanges,
+    unnest(tsvector_to_array(search || coalesce(pairs, ''::tsvector))) w GROUP BY 1, 2, 3;
+INSERT INTO {s}.caller_sizes SELECT tenant, caller_id, count(*),
+    sum(length(search || coalesce(pairs, ''::tsvector))) FROM {s}.exchanges GROUP BY 1, 2;
+-- the roles that `sql --app-role` made write these tables through the triggers
+DO $g$ DECLARE r record; BEGIN
+    FOR r IN SELECT role_name FROM {s}.tenant_roles JOIN pg_roles ON rolname = role_name LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE'
+                       ' ON {s}.caller_words, {s}.caller_sizes TO %I', r.role_name);
+    END LOOP;
+END $g$;
+"""
+    + "".join(
+        f"ALTER TABLE {{s}}.{t} ENABLE ROW LEVEL SECURITY;\n"
+        f"CREATE POLICY own_tenant ON {{s}}.{t} USING ({_OWN_TENANT}) WITH CHECK ({_OWN_TENANT});\n"
+        for t in ("caller_words", "caller_sizes")
+    ),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+TABLES = ("exchanges", "facts", "summaries")
+COUNTS = ("caller_words", "caller_sizes")
+"""Kept by triggers from exchanges: never written or deleted by this code itself."""
+SEARCH_INDEXES = ("exchanges_search", "exchanges_pairs")
+
+
+def upgrade_steps(
+    schema: str, from_version: int
+) -> list[tuple[str, Callable[[psycopg.Connection, str], None] | None]]:
+    """What takes ``schema`` from ``from_version`` to ``SCHEMA_VERSION``, in order:
+    (SQL, then a function (connection, schema) to run after it, or None)."""
+    steps: list[tuple[str, Callable[[psycopg.Connection, str], None] | None]] = []
+    if from_version == 0:
+        steps.append((f"CREATE SCHEMA IF NOT EXISTS {schema};", None))
+    for n in range(from_version, SCHEMA_VERSION):
+        sql, then = (m, None) if isinstance(m := MIGRATIONS[n], str) else m
+        steps.append(
+            (f"-- version {n} -> {n + 1}\n{sql.format(s=schema).strip()}", then)
+        )
+        steps.append((f"UPDATE {schema}.schema_version SET version = {n + 1};", None))
+    return steps
+
+
+def upgrade_sql(schema: str, from_version: int) -> str:
+    """The SQL that takes ``schema`` from ``from_version`` to ``SCHEMA_VERSION``; a
+    step done in Python is named in a comment (its docstring's first line)."""
+    parts = []
+    for sql, then in upgrade_steps(schema, from_version):
+        parts.append(sql)
+        if then is not None:
+            said = (then.__doc__ or then.__name__).strip().splitlines()[0]
+            parts.append(f"-- then, in Python ({then.__name__}): {said}")
+    return "\n".join(parts)
+
+
+def upgrade(url: str) -> tuple[int, int]:
+    """Create or upgrade the URL's schema; returns (version before, version after).
+    One transaction under an advisory lock: upgrades started together run one after
+    the other (the later ones find nothing to do), and a failed one changes nothing.
+    Raises SchemaMismatchError for a schema newer than this code, psycopg errors."""
+    target = Target(url)
+    with target.connect() as conn, conn.transaction():
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))",
+            [f"livekit-memory:{target.schema}"],
+        )
+        found = read_version(conn, target.schema)
+        if found > SCHEMA_VERSION:
+            raise SchemaMismatchError(
+                f"{target.where} is at version {found}, newer than this code's {SCHEMA_VERSION}"
+            )
+        for sql, then in upgrade_steps(target.schema, found):
+            conn.execute(sql.encode())
+            if then is not None:
+                then(conn, target.schema)
+    return found, SCHEMA_VERSION
+
+
+def one_row(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The row of a query that always returns one."""
+    assert row is not None
+    return row
