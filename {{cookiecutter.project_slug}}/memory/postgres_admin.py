@@ -98,7 +98,10 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
     return [
         (
             not superuser,
-            f"role {role} is not a superuser (a superuser bypasses row-level security)",
+            (
+                f"role {role} must not be a superuser (a superuser bypasses row-level "
+                f"security): it {'is one' if superuser else 'is not'}"
+            ),
         ),
         (not bypass, f"role {role} does not have BYPASSRLS"),
         (

@@ -13,7 +13,7 @@ import itertools
 import re
 import unicodedata
 
-import snowballstemmer  # type: ignore[import-untyped, unused-ignore]  # (no stubs)
+import snowballstemmer  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 # Function words that say nothing about what to look up. Dropping them from a query
 # keeps a ranking from preferring exchanges that say "what" or "you" often.

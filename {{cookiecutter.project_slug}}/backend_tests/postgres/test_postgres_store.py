@@ -627,7 +627,7 @@ async def test_a_role_made_before_version_4_saves_and_recalls_after_the_upgrade(
 def test_the_check_flags_a_superuser_a_bypassrls_role_and_an_unbound_tenant(store_url):
     code, out = command("check", "--url", store_url)  # the tests' own role, a superuser
     assert code == 1 and "tenant isolation is NOT in force" in out
-    assert re.search(r"^FAIL role \w+ is not a superuser", out, re.MULTILINE), out
+    assert re.search(r"^FAIL role \w+ must not be a superuser", out, re.MULTILINE), out
     with app_role(store_url, "acme", bypassrls=True) as url:
         role = urlsplit(url).username
         code, out = command("check", "--url", url)
