@@ -493,7 +493,7 @@ class Bench:
                     current["user"], current["assistant"] = r.caller_ids, r.reply_ids
                     await asyncio.wait_for(session.run(user_input="\n".join(r.caller_texts)), 30)
                     runs += 1
-            # Leaving AgentSession closed it (Assistant.on_exit ran); then end the call's
+            # Leaving AgentSession closed it; then end the call's
             # memory as agent.py's job shutdown callback does (flush + call summary).
             await call.aclose("participant hung up")
             collect_call_garbage()

@@ -218,6 +218,9 @@ server.setup_fnc = prewarm
 @server.rtc_session(agent_name=AGENT_NAME)
 async def entrypoint(ctx: JobContext) -> None:
     ctx.log_context_fields = {"room": ctx.room.name}
+    # Joined first, so the worker is in the room while the callee's phone rings
+    # (LiveKit warns of a job that has not connected within 10 s).
+    await ctx.connect()
     number = dispatch_metadata(ctx.job.metadata).get("dial")
     if number and not await dial(ctx.api, ctx.room.name, number):
         ctx.shutdown(reason="outbound call not answered")

@@ -53,7 +53,7 @@ from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
 from .outbox import OutboxThreads
 from .outbox_items import KINDS, Item, Row
 from .outbox_ledger import Ledger
-from .places import data_dir, local_path
+from .places import data_dir, local_path, warn_of_earlier_file
 from .records import Exchange, Recall, Summary
 from .store import PURGEABLE
 
@@ -193,6 +193,8 @@ def open_hosted(url: str, service: type[Service]) -> HostedStore:
     )
     given = query.get("outbox", [""])[-1]
     outbox = local_path(given) if given else data_dir() / "memory-outbox.db"
+    if not given:
+        warn_of_earlier_file(outbox)
     http = Http(
         service.name, base_url, {"Authorization": f"{service.auth_scheme} {key}"}
     )

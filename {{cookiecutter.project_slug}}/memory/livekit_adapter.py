@@ -82,7 +82,8 @@ async def wait_for_caller(
     dispatch = dispatch_metadata(ctx.job.metadata)
     await ctx.connect()  # a no-op when already connected
     participant = await ctx.wait_for_participant(
-        identity=dispatch.get("caller_identity"), **({"kind": kind} if kind else {})
+        identity=dispatch.get("caller_identity"),
+        **({"kind": kind} if kind is not None else {}),
     )
     return Caller(
         participant.identity, caller_or_none(participant, dispatch), participant
@@ -209,7 +210,10 @@ def current_speech_id() -> str | None:
     itself to tie tools to their speech (livekit-agents 1.5 to 1.8,
     ``voice.agent_activity._SpeechHandleContextVar``); no public accessor exists.
     Where that name is gone, this returns None and capture pairs replies with turns
-    by time instead (``TurnPairing``), logged once with the version."""
+    by time instead (``TurnPairing``), logged once with the version. By time, each
+    exchange still gets its caller's words, interrupted replies and tool loops pair
+    as before, but a reply made between turns (a greeting still being said when the
+    caller speaks, a ``generate_reply`` of the app's) joins the turn before it."""
     variable = _speech_variable()
     if variable is None:
         return None
@@ -233,7 +237,8 @@ def _speech_variable() -> contextvars.ContextVar[Any] | None:
         return variable
     logger.warning(
         "memory: livekit-agents %s has no %s.%s (tested: %s); replies are paired "
-        "with the caller's turns by time",
+        "with the caller's turns by time, so a reply made between turns (a greeting "
+        "still being said, an app's generate_reply) is saved with the turn before it",
         livekit_agents_version,
         module,
         name,

@@ -161,8 +161,9 @@ def open_store(url: str | None = None, *, create: bool = True) -> MemoryStore:
     ``url`` (default: the ``MEMORY_URL`` environment variable) picks the backend by
     its scheme (``BACKENDS``; ``+driver`` suffixes are ignored): ``sqlite:///...``
     opens ``sqlite_store``, ``postgresql://...`` opens ``postgres_store``, and so
-    on. Empty or unset means the embedded default, a SQLite file in the data folder
-    (``places.default_url``).
+    on. Empty or unset means the project's default (``places.default_url``: its
+    pyproject.toml's ``[tool.livekit-memory] url``, else a SQLite file in the data
+    folder). Spaces around the URL are ignored.
 
     ``create=False`` (what reads for an operator use) opens only a store that exists:
     a backend that would create one (SQLite: a file not there) raises
@@ -174,14 +175,15 @@ def open_store(url: str | None = None, *, create: bool = True) -> MemoryStore:
     (``SchemaMismatchError``, ``StoreUnavailableError``, ``InvalidStoreUrlError``)
     when it cannot be used; the message names the URL.
     """
-    url = url if url is not None else os.getenv("MEMORY_URL", "")
-    if not url.strip():
+    url = (url if url is not None else os.getenv("MEMORY_URL", "")).strip()
+    if not url:
         url = default_url()
-        logger.info("memory: MEMORY_URL is unset; the embedded default: %s", url)
+        logger.info("memory: MEMORY_URL is unset; the project's default: %s", url)
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
     if ":" not in url or not re.fullmatch(r"[a-z][a-z0-9]*", scheme):
         raise InvalidStoreUrlError(
-            f"MEMORY_URL {url!r} is not a URL such as sqlite:///data/memory.db"
+            f"MEMORY_URL {redact_url(url)!r} is not a URL such as "
+            "sqlite:///data/memory.db"
         )
     name = BACKENDS.get(scheme)
     if name is None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from livekit.agents import Agent, AgentSession, llm
+from livekit.agents import Agent, AgentSession, RunContext, function_tool, llm
 
 import memory
 from memory import livekit_adapter
 from memory.livekit_adapter import start_call_memory, with_memory
-from tests.scripted_llm import ScriptedLLM, first_reply, memory_blocks
+from tests.scripted_llm import ScriptedLLM, ToolCall, first_reply, memory_blocks
 
 CALLER = "caller-1"
 
@@ -36,11 +36,25 @@ class UsersAgent(Agent):
             yield chunk
 
 
-async def one_call(store, turns: list[str], script: list, call_id: str) -> ScriptedLLM:
+class UsersAgentWithATool(UsersAgent):
+    @function_tool
+    async def remember(self, context: RunContext, kind: str, value: str) -> str:
+        """Save a lasting fact about the caller.
+
+        Args:
+            kind: What the fact is about.
+            value: The fact.
+        """
+        return await self.memory.remember(kind, value)
+
+
+async def one_call(
+    store, turns: list[str], script: list, call_id: str, agent=UsersAgent
+) -> ScriptedLLM:
     model = ScriptedLLM(script)
     async with AgentSession(llm=model) as session:
         call = start_call_memory(session, store, CALLER, call_id)  # touch point 2
-        await session.start(UsersAgent(call, model))
+        await session.start(agent(call, model))
         for text in turns:
             await session.run(user_input=text)
         assert memory_blocks(session.history) == []  # never in the session history
@@ -82,10 +96,18 @@ async def test_without_livekits_speech_variable_capture_pairs_by_time_and_says_s
     module, _ = livekit_adapter.SPEECH_VARIABLE
     monkeypatch.setattr(livekit_adapter, "SPEECH_VARIABLE", (module, "_GoneInARelease"))
     try:
+        script = [
+            "One.",
+            ToolCall("remember", {"kind": "name", "value": "Maria"}),
+            "Hi.",
+        ]
         with caplog.at_level(logging.WARNING, logger="memory"):
-            await one_call(store, ["First.", "Second."], ["One.", "Two."], "call-1")
+            await one_call(
+                store, ["First.", "I'm Maria."], script, "call-1", UsersAgentWithATool
+            )
         saved = [(e.user_text, e.assistant_text) for e in await store.exchanges(CALLER)]
-        assert saved == [("First.", "One."), ("Second.", "Two.")]
+        # the reply after a tool call still answers the turn that asked for it
+        assert saved == [("First.", "One."), ("I'm Maria.", "Hi.")]
         (warning,) = [
             r.getMessage() for r in caplog.records if "paired" in r.getMessage()
         ]

@@ -8,6 +8,7 @@ import calendar
 import dataclasses
 import logging
 import time
+from pathlib import Path
 
 import pytest
 
@@ -184,10 +185,25 @@ def test_facts_and_summaries_the_question_is_about_go_first():
         ("the cat", "category", 0),
         ("我上海出差的事情", "下周二我要去上海出差", 3),
         ("what did you do", "what did you do", 0),
+        # Porter stems short words too: "play" and "plays" are both "plai"
+        ("What do I play?", "hobby: plays tennis every week", 1),
+        ("Where did I stay?", "The caller stayed at the Grand Hotel.", 1),
+        ("the dancers", "she loves to dance", 1),  # stemmed apart, begin alike
+        ("my party", "part of the plan", 0),  # the old suffix strip joined these
     ],
 )
 def test_relevance_counts_the_query_words_a_text_holds(asked, text, found):
     assert memory.words.relevance(memory.words.query_words(asked), text) == found
+
+
+def test_relevance_stems_only_the_words_that_begin_like_an_asked_word():
+    # A 100 KB stored turn of distinct words costs one pass over its words, not a
+    # stem of each (Porter in pure Python: ~20 microseconds a word, on the loop).
+    words = memory.words
+    turn = " ".join(f"zq{n:06d}x" for n in range(10_000)) + " tennis"
+    words.stem.cache_clear()
+    assert words.relevance(["tennis"], turn) == 1
+    assert words.stem.cache_info().misses <= 3
 
 
 LA_EVENING = (
@@ -737,3 +753,46 @@ def test_an_on_off_setting_unset_empty_or_on_is_on(monkeypatch, value):
     else:
         monkeypatch.setenv("MEMORY_EXTRACT_FACTS", value)
     assert not memory.switched_off("MEMORY_EXTRACT_FACTS")
+
+
+def test_the_projects_pyproject_names_its_store_when_memory_url_is_unset(
+    monkeypatch, tmp_path
+):
+    places = memory.places
+    monkeypatch.setattr(places, "project_dir", lambda: tmp_path)
+    monkeypatch.delenv(places.DATA_DIR_SETTING, raising=False)
+    assert (
+        places.default_url() == f"sqlite:///{(tmp_path / 'data/memory.db').as_posix()}"
+    )
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.livekit-memory]\nurl = " zep://api.getzep.com "\n'
+    )
+    assert places.default_url() == "zep://api.getzep.com"
+    (tmp_path / "pyproject.toml").write_text("[tool.livekit-memory]\nurl = 5\n")
+    with pytest.raises(memory.InvalidStoreUrlError, match=r"pyproject\.toml"):
+        places.default_url()
+
+
+def test_without_a_pyproject_the_data_folder_is_beside_the_memory_folder(
+    monkeypatch, tmp_path
+):
+    # never the working directory: a worker started elsewhere keeps the same file
+    places = memory.places
+    package = Path(places.__file__).resolve().parent
+    monkeypatch.setattr(Path, "is_file", lambda self: False)
+    monkeypatch.chdir(tmp_path)
+    assert places.project_dir() == package.parent
+
+
+def test_a_memory_file_left_where_it_was_kept_before_the_data_folder_is_named(
+    monkeypatch, tmp_path, caplog
+):
+    places = memory.places
+    monkeypatch.setattr(places, "project_dir", lambda: tmp_path)
+    monkeypatch.delenv(places.DATA_DIR_SETTING, raising=False)
+    (tmp_path / "memory.db").write_bytes(b"")  # the default before the data folder
+    with caplog.at_level(logging.WARNING, logger="memory"):
+        places.default_url()
+        places.default_url()
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert str(tmp_path / "memory.db") in warning and "move" in warning

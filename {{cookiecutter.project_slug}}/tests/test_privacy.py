@@ -36,6 +36,10 @@ CARD = "4111 1111 1111 1111"  # a test Visa number: it passes the Luhn check
         ("social security number 123 45 6789.", "social security number [SSN]."),
         ("IBAN GB82 WEST 1234 5698 7654 32 thanks", "IBAN [IBAN] thanks"),
         ("to DE89370400440532013000.", "to [IBAN]."),
+        # check digits right, a bank python-stdnum's registry does not list
+        ("my IBAN is BE68 5390 0754 7034", "my IBAN is [IBAN]"),
+        # a country outside python-stdnum's IBAN registry
+        ("IBAN IR06 2960 0000 0010 0324 2000 01", "IBAN [IBAN]"),
         ("my bank account is 12345678", "my bank account is [bank account number]"),
     ],
 )
