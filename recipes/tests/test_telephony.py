@@ -198,6 +198,9 @@ async def test_an_outbound_call_nobody_answers_ends_before_memory_is_touched(
     # the entrypoint returns right after a False dial, before build_agent touches memory
     source = inspect.getsource(agent.entrypoint)
     assert source.index("await dial(") < source.index("build_agent(")
+    # and in the room before the phone rings (LiveKit warns of a job not connected
+    # within 10 s)
+    assert source.index("await ctx.connect()") < source.index("await dial(")
 
 
 @pytest.mark.smoke  # the kit runs it for every backend x recipe

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from livekit import rtc
 from livekit.agents import Agent, AgentSession, RunContext, function_tool, llm
 
 import memory
@@ -148,3 +149,32 @@ async def test_facts_are_extracted_with_the_agents_own_model_when_the_call_ends(
     assert len(model.extractions) == 1
     facts = [(f.kind, f.value) for f in (await store.profile(CALLER)).facts]
     assert facts == [("home_city", "Porto")]
+
+
+async def test_the_caller_is_waited_for_by_the_kind_asked_for_standard_included():
+    # ParticipantKind.STANDARD is 0: asked for, it must still reach LiveKit's wait.
+    asked: list[dict] = []
+
+    class Job:
+        metadata = '{"caller_identity": "web-user"}'
+
+    class Ctx:
+        job = Job()
+
+        async def connect(self) -> None:
+            return None
+
+        async def wait_for_participant(self, **kwargs):
+            asked.append(kwargs)
+            return Participant()
+
+    class Participant:
+        def __init__(self) -> None:
+            self.identity = "web-user"
+            self.kind = rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD
+            self.attributes: dict[str, str] = {}
+
+    standard = rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD
+    caller = await livekit_adapter.wait_for_caller(Ctx(), kind=standard)
+    assert asked == [{"identity": "web-user", "kind": standard}]
+    assert (caller.identity, caller.id) == ("web-user", "web-user")

@@ -796,3 +796,14 @@ def test_a_memory_file_left_where_it_was_kept_before_the_data_folder_is_named(
         places.default_url()
     (warning,) = [r.getMessage() for r in caplog.records]
     assert str(tmp_path / "memory.db") in warning and "move" in warning
+
+
+def test_a_memory_url_is_read_without_the_spaces_around_it_and_never_shows_a_password(
+    tmp_path,
+):
+    store = memory.open_store(f"  sqlite:///{tmp_path / 'm.db'}\n")
+    assert store.path == tmp_path / "m.db"
+    asyncio.run(store.close())
+    with pytest.raises(memory.InvalidStoreUrlError) as refused:
+        memory.open_store("1db://memory_app:s3cret@db.example.com/app")
+    assert "s3cret" not in str(refused.value) and "***" in str(refused.value)
