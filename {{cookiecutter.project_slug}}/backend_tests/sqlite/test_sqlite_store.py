@@ -589,7 +589,7 @@ def test_the_default_is_memory_db_in_the_data_folder_outside_the_source(
     assert store.path == tmp_path / "data" / "memory.db" and store.path.exists()
     asyncio.run(store.close())
     # the log says which store a worker took when nothing was set
-    assert f"the embedded default: sqlite:///{store.path.as_posix()}" in caplog.text
+    assert f"the project's default: sqlite:///{store.path.as_posix()}" in caplog.text
     monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "volume"))
     store = memory.open_store()
     assert store.path == tmp_path / "volume" / "memory.db"
