@@ -123,7 +123,7 @@ class SQLiteFile:
             _set_wal(conn, self.busy_timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
             # Deleted rows are overwritten with zeros, not left in free space (see
-            # sqlite_queries.erase).
+            # sqlite_queries.erase_step).
             conn.execute("PRAGMA secure_delete=ON")
             if self._file is None:
                 self._migrate(conn)

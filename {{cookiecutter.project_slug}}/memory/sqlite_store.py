@@ -22,11 +22,13 @@ and ranking) and ``sqlite_queries`` (the SQL of each operation).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -159,6 +161,14 @@ class SQLiteStore:
         self._file = SQLiteFile(self.path, busy_timeout)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="memory-write")
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="memory-read")
+        # The erasure after a forget (_erase_soon): done when _erased is; a restart
+        # asked for by a forget meanwhile; whether a merge is under way.
+        self._erase_lock = threading.Lock()
+        self._erased: Future[None] | None = None
+        self._erase_restart = False
+        self._erase_again = False
+        self._merging = False
+        self._checkpoint_tries = 0
 
     @property
     def generation(self) -> int:
@@ -285,12 +295,60 @@ class SQLiteStore:
     def _erase_soon(self, *, index: bool) -> None:
         # Queued on the writer thread behind the committed delete, not awaited: the
         # caller hears "forgotten" as soon as no query can find the rows, and the
-        # bytes are gone moments later (close() waits for it). See queries.erase.
-        loop = asyncio.get_running_loop()
-        done = loop.run_in_executor(
-            self._writer, lambda: queries.erase(self._file.conn(), index)
-        )
-        done.add_done_callback(_erase_failed)
+        # bytes are gone moments later (close() waits for it). In bounded steps, each
+        # a job of its own that queues the next (``_erase_next``), so this process's
+        # saves queued meanwhile run between them, as other processes' do.
+        if self._file.closed:  # a forget that was running when close() began
+            logger.warning("memory: forgotten rows are deleted, not yet erased: closed")
+            return
+        with self._erase_lock:
+            self._erase_restart |= index
+            self._erase_again = True
+            self._checkpoint_tries = 0
+            if self._erased is not None:  # running: it goes on with this one's rows
+                return
+            self._erased = Future()
+            self._erased.add_done_callback(_erase_failed)
+        self._writer.submit(self._erase_next)
+
+    def _erase_next(self) -> None:
+        # One step of the erasure (queries.erase_step, then queries.checkpoint), on the
+        # writer thread; the next step is queued behind what was queued meanwhile.
+        try:
+            more = self._erase_step(self._file.conn())
+        except BaseException as exc:  # logged by _erase_failed; a forget erases again
+            with self._erase_lock:
+                erased, self._erased = self._erased, None
+                self._merging = self._erase_restart = self._erase_again = False
+            if erased is not None:
+                erased.set_exception(exc)
+            return
+        if more:
+            self._writer.submit(self._erase_next)
+
+    def _erase_step(self, conn: sqlite3.Connection) -> bool:
+        with self._erase_lock:
+            restart, self._erase_restart = self._erase_restart, False
+            self._erase_again = False
+        if restart or self._merging:
+            self._merging = queries.erase_step(conn, restart)
+            return True
+        busy_timeout = self._file.busy_timeout
+        if not queries.checkpoint(conn, busy_timeout):
+            self._checkpoint_tries += 1
+            if self._checkpoint_tries * queries.CHECKPOINT_WAIT < busy_timeout:
+                return True
+            raise sqlite3.OperationalError(
+                "a reader held the WAL past the busy timeout; forgotten rows' earlier "
+                "page versions stay in the -wal file until the next checkpoint"
+            )
+        with self._erase_lock:
+            if self._erase_again:  # another forget came: its rows' turn now
+                return True
+            erased, self._erased = self._erased, None
+        if erased is not None:
+            erased.set_result(None)
+        return False
 
     # -- reads --
 
@@ -329,6 +387,9 @@ class SQLiteStore:
     async def close(self) -> None:
         if self._file.closed:
             return
+        while self._erased is not None:  # the erasure after a forget, to its end
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(self._erased)
         self._file.closed = True
         loop = asyncio.get_running_loop()
         for executor in (self._writer, self._readers):

@@ -112,3 +112,55 @@ async def test_exchanges_purged_by_age_are_erased_too(store_url):
     assert await store.purge(before=time.time() - 86_400, what="exchanges") == 1
     await store.close()
     assert copies(db, "zebraquokkapurge") == 0 and copies(db, KEPT) > 0
+
+
+async def test_the_erasure_after_a_forget_lets_other_writers_in_between_its_steps(
+    store_url, monkeypatch
+):
+    # The index merge that erases a forgotten caller's words once took the write lock
+    # for the whole index (21 to 26 s at 1M exchanges), and other processes' saves
+    # timed out. Now it runs in bounded steps, each its own transaction: another
+    # process writes between any two of them at once (a busy timeout of 0), a save
+    # of this process queued meanwhile runs before the erasure is done, and the
+    # forgotten words still leave the file.
+    db = sqlite_store.path_of(store_url)
+    store = memory.open_store(store_url)
+    other_callers(db, 5_000)
+    await store.save(make_exchange(1, text="the code is zebraquokkasteps"))
+    other_worker = sqlite3.connect(db, timeout=0, check_same_thread=False)
+    other_worker.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    events: list[str] = []
+    step = sqlite_queries.erase_step
+
+    def one_step(conn: sqlite3.Connection, restart: bool) -> bool:
+        more = step(conn, restart)
+        events.append("step")
+        n = len(events)  # another worker process writes between two steps
+        other_worker.execute("BEGIN IMMEDIATE")
+        sqlite_queries.save(other_worker, make_exchange(9000 + n, caller=BOB))
+        other_worker.execute("COMMIT")
+        return more
+
+    save = sqlite_queries.save
+
+    def saved(conn: sqlite3.Connection, e: memory.Exchange) -> None:
+        save(conn, e)
+        events.append("save")
+
+    monkeypatch.setattr(sqlite_queries, "ERASE_STEP_PAGES", 2)
+    monkeypatch.setattr(sqlite_queries, "erase_step", one_step)
+    monkeypatch.setattr(sqlite_queries, "save", saved)
+    try:
+        assert await store.forget(ALICE) == 1
+        await store.save(make_exchange(2, caller=BOB, text=f"my {KEPT}"))
+        await store.close()
+    finally:
+        other_worker.close()
+    assert events.count("step") > 10  # many steps, not one long one
+    assert events.index("save") < len(events) - 1 - events[::-1].index("step")
+    assert copies(db, "zebraquokkasteps") == 0 and copies(db, KEPT) > 0
+    conn = sqlite3.connect(db)
+    writes = conn.execute("SELECT count(*) FROM exchanges WHERE caller_id = ?", (BOB,))
+    assert writes.fetchone()[0] == events.count("step") + 1
+    conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
+    conn.close()
