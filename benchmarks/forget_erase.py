@@ -6,10 +6,17 @@ SQLite file is filled with generated exchanges of 10k callers (benchmarks/scale.
 text and bulk load), one caller gets 12 exchanges, a fact and a summary, and then:
 - forget: ``store.forget(caller)`` until it answers (the rows are gone from every
   query; what the caller and the model wait for);
-- erase: the work queued after it (FTS5 'optimize' + a TRUNCATE checkpoint,
-  sqlite_queries.erase) until done, measured as the time until ``store.close()``
-  returns; the write lock is held for most of it;
-- a save by another call that was queued behind the erase: how long it waited;
+- erase: the work queued after it (FTS5 'merge' in steps of
+  ``sqlite_queries.ERASE_STEP_PAGES`` pages, each its own transaction, then a TRUNCATE
+  checkpoint; ``sqlite_queries.erase_step``) until done, measured as the time until
+  ``store.close()`` returns; how many steps, and the longest (the longest time the
+  write lock was held by one);
+- a save by another call of the same process, queued behind the erase: how long it
+  waited;
+- another worker process (its own store on the file) whose 5 calls end 0.5 s after
+  the forget began: each call's 5 last exchanges handed to its ``ExchangeWriter`` and
+  flushed with ``FLUSH_TIMEOUT`` (3 s), as ``CallMemory.aclose`` does; how many of the
+  25 were still unsaved when the flushes returned (lost), and the longest flush;
 - the file's size before and after, and how many copies of the forgotten caller's
   marker word remain in the database, -wal and -shm files (should be 0).
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import platform
 import random
 import sqlite3
@@ -33,7 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # scale.py puts the template's files on the path and imports them
-from scale import Text, load_sqlite, memory, rows
+from scale import Text, load_sqlite, memory, rows  # noqa: E402
+from memory import sqlite_queries  # noqa: E402
+from memory.writer import ExchangeWriter  # noqa: E402
 
 MARKER = "quokkazebramarker"
 CALLER = "forget-me@example.com"
@@ -44,6 +54,36 @@ def copies(db: Path) -> int:
     # the caller's prefix), not the word as said.
     files = [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
     return sum(f.read_bytes().count(MARKER[:11].encode()) for f in files if f.exists())
+
+
+def other_worker(db: str, go, out) -> None:  # type: ignore[no-untyped-def]
+    """Another worker process: 5 calls that end 0.5 s after ``go`` is set."""
+
+    async def main() -> None:
+        store = memory.open_store(f"sqlite:///{db}")
+        await store.stats()  # the file open before the forget
+        writers = [ExchangeWriter(store, lambda exc: None) for _ in range(5)]
+        out.put("ready")
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        await asyncio.sleep(0.5)
+        for call, writer in enumerate(writers):
+            for n in range(5):
+                writer.put(
+                    memory.Exchange(
+                        key=f"other-{call}-{n}",
+                        caller_id=f"other-{call}@example.com",
+                        call_id=f"other-call-{call}",
+                        user_text=f"the last words of call {call}, number {n}",
+                        assistant_text="noted",
+                        created_at=time.time(),
+                    )
+                )
+        started = time.perf_counter()
+        unsaved = await asyncio.gather(*(w.flush(memory.FLUSH_TIMEOUT) for w in writers))
+        out.put((sum(unsaved), time.perf_counter() - started))
+        await store.close()
+
+    asyncio.run(main())
 
 
 async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]:
@@ -69,8 +109,25 @@ async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]
     other = sqlite3.connect(db)  # another worker process keeps the file open
     other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     size_before = db.stat().st_size
+    context = multiprocessing.get_context("spawn")
+    go, out = context.Event(), context.Queue()
+    worker = context.Process(target=other_worker, args=(str(db), go, out))
+    worker.start()
+    assert out.get() == "ready"
+    steps: list[float] = []
+    step = sqlite_queries.erase_step
+
+    def timed_step(conn: sqlite3.Connection, restart: bool) -> bool:
+        t = time.perf_counter()
+        try:
+            return step(conn, restart)
+        finally:
+            steps.append(time.perf_counter() - t)
+
+    sqlite_queries.erase_step = timed_step  # type: ignore[assignment]
 
     started = time.perf_counter()
+    go.set()
     await store.forget(CALLER)
     forgot = time.perf_counter() - started
     queued = memory.Exchange(
@@ -81,6 +138,9 @@ async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]
     save_waited = time.perf_counter() - save_started
     await store.close()
     erased = time.perf_counter() - started
+    sqlite_queries.erase_step = step  # type: ignore[assignment]
+    lost, flush_took = await asyncio.get_running_loop().run_in_executor(None, out.get)
+    worker.join()
     left = copies(db)
     other.close()
     return {
@@ -88,6 +148,10 @@ async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]
         "forget_ms": round(forgot * 1000, 1),
         "erase_done_ms": round(erased * 1000, 1),
         "save_behind_erase_ms": round(save_waited * 1000, 1),
+        "merge_steps": len(steps),
+        "longest_step_ms": round(max(steps, default=0) * 1000, 1),
+        "other_process_lost": lost,
+        "other_process_flush_ms": round(flush_took * 1000, 1),
         "file_mb_before": round(size_before / 1e6, 1),
         "file_mb_after": round(db.stat().st_size / 1e6, 1),
         "copies_left": left,

@@ -170,7 +170,7 @@ def purge(conn: sqlite3.Connection, what: str, before: float) -> int:
     return conn.execute(f"DELETE FROM {what} WHERE {column} < ?", (before,)).rowcount
 
 
-ERASE_STEP_PAGES = 100
+ERASE_STEP_PAGES = 25
 """Most FTS5 index pages (``pgsz``, 1,000 bytes by default) one step of the erasure's
 merge writes (``erase_step``). 100 took 5 to 40 ms per step in a 20,000-exchange
 file on the 2-core machine (the kit's benchmarks/forget_erase.py): another process's
