@@ -85,6 +85,7 @@ def load(path: Path, batch: list[memory.Exchange], facts: int = 0) -> None:
     Every 12th exchange also gets a call summary (its two sides), and the first
     ``facts`` exchanges a fact each (kind "note", value its first 60 characters)."""
     conn = sqlite3.connect(path, isolation_level=None)
+    sqlite_store.add_functions(conn)  # what the index's triggers compute words with
     conn.execute("BEGIN")
     conn.executemany(
         """INSERT OR IGNORE INTO summaries (caller_id, call_id, text, created_at)

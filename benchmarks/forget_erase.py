@@ -115,7 +115,7 @@ async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]
     worker.start()
     assert out.get() == "ready"
     steps: list[float] = []
-    step = sqlite_queries.erase_step
+    step = getattr(sqlite_queries, "erase_step", None)  # None: the code before it
 
     def timed_step(conn: sqlite3.Connection, restart: bool) -> bool:
         t = time.perf_counter()
@@ -124,7 +124,8 @@ async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]
         finally:
             steps.append(time.perf_counter() - t)
 
-    sqlite_queries.erase_step = timed_step  # type: ignore[assignment]
+    if step is not None:
+        sqlite_queries.erase_step = timed_step  # type: ignore[assignment]
 
     started = time.perf_counter()
     go.set()
@@ -138,7 +139,8 @@ async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]
     save_waited = time.perf_counter() - save_started
     await store.close()
     erased = time.perf_counter() - started
-    sqlite_queries.erase_step = step  # type: ignore[assignment]
+    if step is not None:
+        sqlite_queries.erase_step = step  # type: ignore[assignment]
     lost, flush_took = await asyncio.get_running_loop().run_in_executor(None, out.get)
     worker.join()
     left = copies(db)

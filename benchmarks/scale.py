@@ -52,7 +52,7 @@ sys.path[:0] = [
 
 import memory  # noqa: E402
 import psycopg  # noqa: E402
-from memory import postgres_store, sqlite_queries  # noqa: E402
+from memory import postgres_store, sqlite_queries, sqlite_store  # noqa: E402
 
 CALLERS = 10_000
 FUNCTION_WORDS = ["i", "you", "the", "a", "to", "and", "of", "it", "that", "in", "is", "was"]
@@ -114,6 +114,7 @@ def rows(text: Text, rng: random.Random, start: int, stop: int) -> list[memory.E
 
 def load_sqlite(path: Any, batch: list[memory.Exchange]) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
+    sqlite_store.add_functions(conn)  # what the index's triggers compute words with
     conn.execute("BEGIN")
     for e in batch:  # the store's own write, so the index holds what a save puts there
         sqlite_queries.save(conn, e)

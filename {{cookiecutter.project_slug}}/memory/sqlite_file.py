@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from .errors import FAIL_OPEN
-from .sqlite_schema import SCHEMA_VERSION, migrate
+from .sqlite_schema import SCHEMA_VERSION, add_functions, migrate
 
 logger = logging.getLogger("memory")
 
@@ -125,6 +125,7 @@ class SQLiteFile:
             # Deleted rows are overwritten with zeros, not left in free space (see
             # sqlite_queries.erase_step).
             conn.execute("PRAGMA secure_delete=ON")
+            add_functions(conn)  # what the turn index's triggers compute words with
             if self._file is None:
                 self._migrate(conn)
                 self._file = _identity(self.path)

@@ -14,13 +14,8 @@ from .facts import Fact, Remembered, matching_facts, reconcile
 from .limits import RECENT_SUMMARIES
 from .records import Exchange, Recall, Summary
 from .sqlite_file import rollback
-from .sqlite_search import (
-    caller_key,
-    indexed_words,
-    row_to_exchange,
-    search,
-    search_terms,
-)
+from .sqlite_schema import FORGET_TURNS, PREVIOUS_IN_CALL
+from .sqlite_search import row_to_exchange, search, search_terms
 from .store import PURGEABLE
 
 FACT = "kind, value, updated_at, learned_at, replaced_at"
@@ -36,37 +31,39 @@ exchanges has hundreds; 0.1 ms of each recall for 1,000)."""
 # -- writes, on the writer thread -----------------------------------------------------
 
 
+SAVE = f"""INSERT INTO exchanges (key, caller_id, call_id, user_text, assistant_text,
+                               interrupted, item_ids, created_at, day, context_of)
+    VALUES (:key, :caller_id, :call_id, :user_text, :assistant_text, :interrupted,
+            :item_ids, :created_at, :day,
+            ({PREVIOUS_IN_CALL.format(e="x").replace("x.", ":")}))
+    ON CONFLICT (key) DO UPDATE SET
+        user_text = excluded.user_text,
+        assistant_text = excluded.assistant_text,
+        interrupted = excluded.interrupted,
+        item_ids = excluded.item_ids
+    WHERE user_text IS NOT excluded.user_text
+       OR assistant_text IS NOT excluded.assistant_text
+       OR interrupted IS NOT excluded.interrupted
+       OR item_ids IS NOT excluded.item_ids"""
+"""A save: the exchange's row (its turns indexed by the schema's triggers, with the
+exchange before it in the call as context, ``PREVIOUS_IN_CALL``), or the newer
+version of a row saved before."""
+
+
 def save(conn: sqlite3.Connection, e: Exchange) -> None:
     conn.execute(
-        """INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text,
-                                  assistant_text, interrupted, item_ids, created_at,
-                                  user_words, reply_words, day_words)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-           ON CONFLICT (key) DO UPDATE SET
-               user_text = excluded.user_text,
-               assistant_text = excluded.assistant_text,
-               interrupted = excluded.interrupted,
-               item_ids = excluded.item_ids,
-               user_words = excluded.user_words,
-               reply_words = excluded.reply_words
-           WHERE user_text IS NOT excluded.user_text
-              OR assistant_text IS NOT excluded.assistant_text
-              OR interrupted IS NOT excluded.interrupted
-              OR item_ids IS NOT excluded.item_ids""",
-        (
-            e.key,
-            e.caller_id,
-            caller_key(e.caller_id),
-            e.call_id,
-            e.user_text,
-            e.assistant_text,
-            int(e.interrupted),
-            json.dumps(list(e.item_ids)),
-            e.created_at,
-            indexed_words(e.caller_id, e.user_text),
-            indexed_words(e.caller_id, e.assistant_text),
-            indexed_words(e.caller_id, date_words(e.created_at)),
-        ),
+        SAVE,
+        {
+            "key": e.key,
+            "caller_id": e.caller_id,
+            "call_id": e.call_id,
+            "user_text": e.user_text,
+            "assistant_text": e.assistant_text,
+            "interrupted": int(e.interrupted),
+            "item_ids": json.dumps(list(e.item_ids)),
+            "created_at": e.created_at,
+            "day": date_words(e.created_at),
+        },
     )
 
 
@@ -156,6 +153,12 @@ def forget(
             ]
         n = 0
         for table, where, args in deletes:
+            if table == "exchanges":  # and their turns, in bulk (FORGET_TURNS)
+                scope = {"caller_id": caller_id, "call_id": call_id}
+                for sql in FORGET_TURNS:
+                    deleted = conn.execute(sql, scope).rowcount
+                    n += deleted if sql.startswith("DELETE FROM exchanges") else 0
+                continue
             sql = f"DELETE FROM {table} WHERE caller_id = ? AND {where}"
             n += conn.execute(sql, (caller_id, *args)).rowcount
         conn.execute("COMMIT")
@@ -165,9 +168,28 @@ def forget(
     return n
 
 
+PURGE_BATCH = 500
+"""Most rows one transaction of a purge deletes: a purge of months of exchanges
+holds the write lock for a batch at a time, not for all of them (a purge need not
+be atomic; a forget is)."""
+
+
 def purge(conn: sqlite3.Connection, what: str, before: float) -> int:
     column = "updated_at" if what == "facts" else "created_at"
-    return conn.execute(f"DELETE FROM {what} WHERE {column} < ?", (before,)).rowcount
+    if what != "exchanges":
+        return conn.execute(
+            f"DELETE FROM {what} WHERE {column} < ?", (before,)
+        ).rowcount
+    n = 0
+    while True:  # each batch a transaction of its own (autocommit)
+        done = conn.execute(
+            "DELETE FROM exchanges WHERE rowid IN (SELECT rowid FROM exchanges "
+            f"WHERE created_at < ? LIMIT {PURGE_BATCH})",
+            (before,),
+        ).rowcount
+        n += done
+        if done < PURGE_BATCH:
+            return n
 
 
 ERASE_STEP_PAGES = 25

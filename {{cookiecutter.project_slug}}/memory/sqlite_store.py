@@ -44,7 +44,9 @@ from .sqlite_queries import LATEST_SUMMARIES
 from .sqlite_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
+    add_functions,
     apply_migrations,
+    index_turns,
     rows_to_upgrade,
 )
 from .sqlite_search import (
@@ -68,10 +70,12 @@ __all__ = [
     "SCHEMA_VERSION",
     "UPGRADE_IN_OPEN_ROWS",
     "SQLiteStore",
+    "add_functions",
     "apply_migrations",
     "caller_key",
     "caller_prefix",
     "fts_query",
+    "index_turns",
     "indexed_words",
     "open_store",
     "path_of",

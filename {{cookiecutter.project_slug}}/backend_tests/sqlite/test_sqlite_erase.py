@@ -31,6 +31,7 @@ def other_callers(db: Path, count: int) -> None:
     """``count`` exchanges of other callers in one transaction (one large index
     segment, as a file in use for a while has), written the way the store writes."""
     conn = sqlite3.connect(db, isolation_level=None)
+    sqlite_store.add_functions(conn)  # what the index's triggers compute words with
     conn.execute("BEGIN")
     for n in range(count):
         text = f"caller {n} talks about trains, weather and the number {n}"
@@ -128,6 +129,7 @@ async def test_the_erasure_after_a_forget_lets_other_writers_in_between_its_step
     other_callers(db, 5_000)
     await store.save(make_exchange(1, text="the code is zebraquokkasteps"))
     other_worker = sqlite3.connect(db, timeout=0, check_same_thread=False)
+    sqlite_store.add_functions(other_worker)
     other_worker.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     events: list[str] = []
     step = sqlite_queries.erase_step
@@ -164,3 +166,87 @@ async def test_the_erasure_after_a_forget_lets_other_writers_in_between_its_step
     assert writes.fetchone()[0] == events.count("step") + 1
     conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
     conn.close()
+
+
+def _index(db: Path) -> set[tuple[str, int, str, int]]:
+    # every (term, turn row, column, position) the turn index holds, as FTS5 reads it
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, turns_fts, instance)"
+    )
+    rows = set(conn.execute("SELECT term, doc, col, offset FROM temp.v"))
+    conn.close()
+    return rows
+
+
+def _rebuilt(db: Path, copy: Path) -> set[tuple[str, int, str, int]]:
+    # the same file's index built afresh from the exchanges it stores
+    source = sqlite3.connect(db)
+    target = sqlite3.connect(copy, isolation_level=None)
+    source.backup(target)
+    source.close()
+    sqlite_store.add_functions(target)
+    target.execute("INSERT INTO turns_fts (turns_fts) VALUES ('delete-all')")
+    sqlite_store.index_turns(target)
+    target.close()
+    return _index(copy)
+
+
+async def test_the_turn_index_holds_exactly_the_stored_exchanges_words_after_every_change(
+    store_url, tmp_path
+):
+    # The index keeps no copy of what it indexes (schema 8): FTS5 deletes a turn only
+    # when given the words it was indexed with, which the triggers compute again from
+    # the exchange and the one before it in the call (its context). A wrong guess
+    # would leave a deleted turn's words in the index, found by searches and kept
+    # in the file; so after each kind of change the index must equal one built
+    # afresh from what is stored.
+    db = sqlite_store.path_of(store_url)
+    store = memory.open_store(store_url)
+    checks: list[str] = []
+
+    async def check(step: str) -> None:
+        await store.exchanges(ALICE)  # the writes before it are done
+        assert _index(db) == _rebuilt(db, tmp_path / f"{step}.db"), step
+        checks.append(step)
+
+    try:
+        for n in range(6):  # two calls of Alice's, Bob's call between her turns
+            await store.save(
+                make_exchange(
+                    n,
+                    text=f"alice turn {n} about kayaks",
+                    at=1000.0 + n,
+                    call_id=f"a{n // 3}",
+                    reply=f"reply {n} on paddles",
+                )
+            )
+            await store.save(
+                make_exchange(
+                    100 + n, caller=BOB, text=f"bob {n} marimba", at=1000.5 + n
+                )
+            )
+        await store.save(make_exchange(50, text="said late", at=1002.5, call_id="a0"))
+        await store.save(
+            make_exchange(51, text="no reply words", reply="!!", at=1007.0)
+        )
+        await check("saved")
+        await store.save(  # a newer version of the exchange others have as context
+            make_exchange(
+                2,
+                text="alice turn 2 about canoes",
+                at=1002.0,
+                call_id="a0",
+                reply="a new reply",
+            )
+        )
+        await check("changed")
+        assert await store.purge(before=1001.9, what="exchanges") == 4
+        await check("purged")
+        assert await store.forget(ALICE, call_id="a1") == 3
+        await check("call forgotten")
+        assert await store.forget(BOB) == 4
+        await check("caller forgotten")
+    finally:
+        await store.close()
+    assert len(checks) == 5
