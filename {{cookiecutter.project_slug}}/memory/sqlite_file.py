@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from .errors import FAIL_OPEN
-from .sqlite_schema import SCHEMA_VERSION, add_functions, migrate
+from .sqlite_index import add_functions
+from .sqlite_schema import SCHEMA_VERSION, migrate
 
 logger = logging.getLogger("memory")
 

@@ -14,7 +14,7 @@ from .facts import Fact, Remembered, matching_facts, reconcile
 from .limits import RECENT_SUMMARIES
 from .records import Exchange, Recall, Summary
 from .sqlite_file import rollback
-from .sqlite_schema import FORGET_TURNS, PREVIOUS_IN_CALL
+from .sqlite_index import FORGET_TURNS, PREVIOUS_IN_CALL
 from .sqlite_search import row_to_exchange, search, search_terms
 from .store import PURGEABLE
 

@@ -9,15 +9,14 @@ transaction the caller holds), or, when big, on a thread of its own
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .dates import date_words
 from .errors import SchemaMismatchError
-from .sqlite_search import CALLER_PREFIX_DIGITS, caller_prefix, indexed_words
-from .words import search_words
+from .sqlite_index import PREVIOUS_IN_CALL, TRIGGERS, add_functions, index_turns
+from .sqlite_search import CALLER_PREFIX_DIGITS, indexed_words
 
 # Each entry moves a file from version N to N+1; `PRAGMA user_version` holds N: SQL,
 # or a function for a step that needs Python. Append, never edit: files in the field
@@ -326,95 +325,6 @@ def _context_from_previous_exchange(
     )
 
 
-WORDS = "memory_words"
-"""The SQL function the turn index's triggers compute its words with:
-``memory_words(caller_id, text)`` is ``sqlite_search.indexed_words`` (the text's
-search words, each behind the caller's prefix). Every connection that writes
-exchanges has it (``add_functions``); one that has not (an sqlite3 shell) cannot
-write them at all, rather than write rows the index does not match."""
-
-
-def add_functions(conn: sqlite3.Connection) -> None:
-    """Give ``conn`` the SQL function the schema's triggers call (``WORDS``)."""
-    conn.create_function(WORDS, 2, _indexed_words, deterministic=True)
-
-
-@functools.lru_cache(maxsize=256)
-def _indexed_words(caller_id: str, text: str) -> str:
-    # indexed_words, in one C-level join (a third of a forget's time went to
-    # building these strings word by word). A trigger asks for the words of one text
-    # several times (a turn's own words, the other side's context, the next
-    # exchange's context): each is computed once.
-    words = search_words(text)
-    if not words:
-        return ""
-    prefix = _prefix(caller_id)
-    return prefix + f" {prefix}".join(words)
-
-
-_prefix = functools.lru_cache(maxsize=1024)(caller_prefix)
-
-
-def _turn_rows(e: str, context: str, source: str = "", delete: bool = False) -> str:
-    # The two turn rows of exchange ``e`` (a row alias: new, old, or one of
-    # ``source``), inserted or (``delete``) deleted with the values they were indexed
-    # with, which FTS5 needs to delete from a contentless table: the caller's turn
-    # (rowid * 2) and the reply (rowid * 2 + 1, only when it has words), each with
-    # ``context`` (SQL: the words of the exchange before it in the call) and the
-    # other side as context, and the day's words.
-    columns = (
-        "turns_fts, rowid, words, context, day"
-        if delete
-        else "rowid, words, context, day"
-    )
-    lead = "'delete', " if delete else ""
-    user, reply, day = (
-        f"{WORDS}({e}.caller_id, {e}.{c})"
-        for c in ("user_text", "assistant_text", "day")
-    )
-    where = "AND" if "WHERE" in source else "WHERE"
-    return f"""
-    INSERT INTO turns_fts ({columns})
-    SELECT {lead}{e}.rowid * 2, {user}, {context} || ' ' || {reply}, {day} {source};
-    INSERT INTO turns_fts ({columns})
-    SELECT {lead}{e}.rowid * 2 + 1, {reply}, {context} || ' ' || {user}, {day}
-    {source} {where} {reply} != '';"""
-
-
-def _context_of(e: str) -> str:
-    # the words of the exchange ``e`` was indexed with as its context (context_of)
-    return f"""coalesce((SELECT {_both("p")} FROM exchanges p
-        WHERE p.rowid = {e}.context_of), '')"""
-
-
-def _both(e: str) -> str:
-    return f"{WORDS}({e}.caller_id, {e}.user_text) || ' ' || {WORDS}({e}.caller_id, {e}.assistant_text)"
-
-
-_NEXT = "FROM exchanges n WHERE n.context_of = old.rowid"
-_TRIGGERS_8 = {
-    "turns_ai": f"AFTER INSERT ON exchanges BEGIN {_turn_rows('new', _context_of('new'))} END",
-    # An exchange whose context this one was is indexed again without it
-    # (context_of NULL): its index rows never hold words no longer stored. Not for
-    # the rows of a forget (``FORGET_TURNS``), whose turns are deleted in bulk first.
-    "turns_ad": f"""AFTER DELETE ON exchanges WHEN NOT EXISTS (SELECT 1 FROM forgetting f
-            WHERE f.caller_id = old.caller_id
-            AND (f.call_id IS NULL OR f.call_id = old.call_id)) BEGIN
-        {_turn_rows("old", _context_of("old"), delete=True)}
-        {_turn_rows("n", _both("old"), _NEXT, delete=True)}
-        {_turn_rows("n", "''", _NEXT)}
-        UPDATE exchanges SET context_of = NULL WHERE context_of = old.rowid;
-        END""",
-    # A changed text: its rows, and those of the exchange it is the context of.
-    "turns_au": f"""AFTER UPDATE OF user_text, assistant_text ON exchanges BEGIN
-        {_turn_rows("old", _context_of("old"), delete=True)}
-        {_turn_rows("n", _both("old"), _NEXT, delete=True)}
-        {_turn_rows("new", _context_of("new"))}
-        {_turn_rows("n", _both("new"), _NEXT)}
-        END""",
-}
-
-
 def _contentless_turns(conn: sqlite3.Connection) -> None:
     # Schema 8: the turn index (turns_fts) is contentless: it keeps its terms, not a
     # copy of each row's words (words, context and day: most of a file's bytes, the
@@ -457,23 +367,8 @@ def _contentless_turns(conn: sqlite3.Connection) -> None:
     # empty but inside a forget's transaction (FORGET_TURNS)
     conn.execute("CREATE TABLE forgetting (caller_id TEXT NOT NULL, call_id TEXT)")
     index_turns(conn)
-    for name, body in _TRIGGERS_8.items():
+    for name, body in TRIGGERS.items():
         conn.execute(f"CREATE TRIGGER {name} {body}")
-
-
-def index_turns(conn: sqlite3.Connection) -> None:
-    """Index every stored exchange's turns into an empty ``turns_fts`` (schema 8),
-    each with the exchange its ``context_of`` names as context: what the triggers
-    keep it equal to. Needs ``add_functions``."""
-    for statement in split_sql(_turn_rows("x", _context_of("x"), "FROM exchanges x")):
-        conn.execute(statement)
-
-
-PREVIOUS_IN_CALL = """SELECT CASE WHEN p.call_id = {e}.call_id THEN p.rowid END
-    FROM exchanges p WHERE p.caller_id = {e}.caller_id
-    AND p.created_at < {e}.created_at ORDER BY p.created_at DESC LIMIT 1"""
-"""The exchange whose words an exchange ``e`` is indexed with as context: the
-caller's exchange before it, when in the same call (SQL of its rowid, or NULL)."""
 
 
 def apply_migrations(conn: sqlite3.Connection, start: int, end: int) -> None:
@@ -522,29 +417,3 @@ def split_sql(script: str) -> Iterable[str]:
             buffer = ""
     if buffer.strip():
         yield buffer.strip()
-
-
-FORGET_TURNS = [
-    "INSERT INTO forgetting (caller_id, call_id) VALUES (:caller_id, :call_id)",
-    *split_sql(
-        _turn_rows(
-            "x",
-            _context_of("x"),
-            "FROM exchanges x WHERE x.caller_id = :caller_id "
-            "AND (:call_id IS NULL OR x.call_id = :call_id)",
-            delete=True,
-        )
-    ),
-    "DELETE FROM exchanges WHERE caller_id = :caller_id "
-    "AND (:call_id IS NULL OR call_id = :call_id)",
-    "DELETE FROM forgetting",
-]
-"""A forget of a caller's exchanges, or of one call's (``call_id`` NULL: all), in
-the transaction the caller holds: every turn row of them deleted from the index in
-one statement each, then the exchanges, which the turns_ad trigger leaves alone
-while their caller (and call) are in ``forgetting``. Row by row, the trigger's
-statements took twice as long (FTS5 writes out what it holds at every statement);
-in one statement it would first index again, without its context, every exchange
-whose context was deleted before it. No exchange of another call or caller has one
-of these as context (``PREVIOUS_IN_CALL``). The last statement's rowcount is
-nothing: read the deleted exchanges' count from the one before."""

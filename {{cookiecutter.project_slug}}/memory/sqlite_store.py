@@ -40,13 +40,12 @@ from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
 from .places import local_path
 from .records import Exchange, Recall, Summary
 from .sqlite_file import SQLiteFile, passing
+from .sqlite_index import add_functions, index_turns
 from .sqlite_queries import LATEST_SUMMARIES
 from .sqlite_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
-    add_functions,
     apply_migrations,
-    index_turns,
     rows_to_upgrade,
 )
 from .sqlite_search import (
