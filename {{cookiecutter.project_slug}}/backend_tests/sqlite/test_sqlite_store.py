@@ -502,6 +502,51 @@ async def test_a_file_of_schema_4_indexes_each_turn_with_the_exchange_before_it(
     conn.close()
 
 
+async def test_a_file_of_schema_7_keeps_its_exchanges_and_turns_and_no_copy_of_their_words(
+    tmp_path,
+):
+    # Schema 8 keeps each exchange's text and its day, not its caller-prefixed
+    # words, and the turn index no copy of what it indexes (4.6 KB per exchange
+    # before, 1.0 KB after: the kit's benchmarks/writes.py).
+    path = tmp_path / "v7.db"
+    conn = _file_at(path, 7)
+    said = [
+        ("c1", "My daughter's recital is on Friday.", "How exciting!"),
+        ("c1", "She will play the cello.", "Lovely."),
+        ("c2", "I also need a new kettle.", "Noted."),
+    ]
+    for n, (call, user, reply) in enumerate(said):
+        _insert_old_exchange(conn, n, user, reply, call)
+    conn.execute(  # as schema 4 to 7 wrote it: the day's words, caller-prefixed
+        "UPDATE exchanges SET day_words = ?",
+        (sqlite_store.indexed_words(ALICE, memory.dates.date_words(1_700_000_000)),),
+    )
+    conn.close()
+    store = memory.open_store(f"sqlite:///{path}")
+    try:
+        assert [e.user_text for e in await store.exchanges(ALICE)] == [
+            user for _, user, _ in said
+        ]
+        # the turn, and the one after it in the call (its context), not the next call
+        found = (await store.recall(ALICE, "the recital")).exchanges
+        assert [e.user_text for e in found] == [said[0][1], said[1][1]]
+        assert len((await store.recall(ALICE, "November 2023")).exchanges) == 3
+        await store.save(make_exchange(4, text="the kettle is here", call_id="c2"))
+        await store.forget(ALICE, call_id="c1")
+        found = (await store.recall(ALICE, "kettle")).exchanges
+        assert {e.user_text for e in found} == {"the kettle is here", said[2][1]}
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(exchanges)")}
+    assert not columns & {"user_words", "reply_words", "day_words", "caller_key"}
+    # the day as indexed, without the prefix
+    day = "SELECT day FROM exchanges WHERE user_text = ?"
+    assert conn.execute(day, (said[2][1],)).fetchone()[0] == "november 2023 14 tuesday"
+    conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
+    conn.close()
+
+
 async def test_the_answer_to_a_question_is_found_by_the_questions_words(store):
     # Each turn is indexed with the turns next to it (a lower weight): the reply to
     # "what did the vet say?" holds none of its words but is found by them, and so is
