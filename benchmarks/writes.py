@@ -14,6 +14,9 @@ figure starts from a new temporary file.
   must be there once (lost / doubled);
 - bytes: the file's size after a TRUNCATE checkpoint, divided by the exchanges it holds
   (the one-process file), and each table's and index's share (SQLite's ``dbstat``);
+- what each part of the turn index costs: the one-process file's index built again in
+  one statement (so every variant is as compact), whole and then without each part
+  (the neighbours' words as context, the day's words), and the bytes of its tables;
 - forget: a caller with --big-caller exchanges (saved in bulk by ``scale.load_sqlite``,
   the store's own write, in 833 calls of 12) among 10,000 other exchanges;
   ``store.forget(caller)`` until it answers (the delete, not the erasure after it).
@@ -42,6 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # scale.py puts the template's files on the path and imports them
 from scale import Text, load_sqlite, memory, rows  # noqa: E402
+from memory import sqlite_schema, sqlite_store  # noqa: E402
+
+try:
+    from memory import sqlite_index  # noqa: E402
+except ImportError:  # the code before schema 8
+    sqlite_index = None  # type: ignore[assignment]
 
 CALLS = 8
 BIG = "big-caller@example.com"
@@ -72,14 +81,17 @@ async def save_all(store: memory.MemoryStore, queue: list[memory.Exchange]) -> N
     await asyncio.gather(*(call(lane) for lane in range(CALLS)))
 
 
-async def one_process(db: Path, queue: list[memory.Exchange]) -> float:
+async def one_process(db: Path, queue: list[memory.Exchange]) -> tuple[float, float]:
+    """Saves per second of wall-clock time, and per second of this process's CPU time
+    (every thread's: the saves run on the store's writer thread), which the load of
+    other processes on the machine inflates much less."""
     store = memory.open_store(f"sqlite:///{db}")
     await store.save(queue[0])  # the file created and migrated before the clock starts
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await save_all(store, queue[1:])
-    took = time.perf_counter() - started
+    took, cpu = time.perf_counter() - started, time.process_time() - cpu
     await store.close()
-    return (len(queue) - 1) / took
+    return (len(queue) - 1) / took, (len(queue) - 1) / cpu
 
 
 def _worker(db: str, seed: int, count: int, tag: str, ready, go, done) -> None:  # type: ignore[no-untyped-def]
@@ -145,7 +157,41 @@ def bytes_per_exchange(db: Path) -> dict[str, float]:
     return {"file": round(db.stat().st_size / n), **shares}
 
 
-async def big_forget(db: Path, seed: int, size: int) -> float:
+def index_parts(db: Path, folder: Path) -> dict[str, int]:
+    """Bytes per exchange of the turn index (turns_fts_*), built afresh in one
+    statement with all its parts and without each one."""
+    out = {}
+    for name, context, day in (
+        ("whole", True, True),
+        ("without context", False, True),
+        ("without day", True, False),
+        ("without both", False, False),
+    ):
+        copy = folder / f"parts-{name.replace(' ', '-')}.db"
+        source, target = sqlite3.connect(db), sqlite3.connect(copy, isolation_level=None)
+        source.backup(target)
+        source.close()
+        sqlite_store.add_functions(target)
+        target.execute("DROP TABLE turns_fts")
+        target.execute(
+            "CREATE VIRTUAL TABLE turns_fts USING fts5 (words, context, day, content='',"
+            f" tokenize=\"{sqlite_schema._FTS_TOKENIZER}\")"
+        )
+        for sql in sqlite_index._turn_rows(
+            "x", sqlite_index._context_of("x") if context else "''", "FROM exchanges x"
+        ):
+            target.execute(sql if day else sql.replace("x.day)", "'')"))
+        target.execute("VACUUM")
+        n = target.execute("SELECT count(*) FROM exchanges").fetchone()[0]
+        size = target.execute(
+            "SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'turns_fts%'"
+        ).fetchone()[0]
+        target.close()
+        out[name] = round(size / n)
+    return out
+
+
+async def big_forget(db: Path, seed: int, size: int) -> tuple[float, float]:
     rng = random.Random(seed)
     text = Text(rng)
     store = memory.open_store(f"sqlite:///{db}")
@@ -155,11 +201,11 @@ async def big_forget(db: Path, seed: int, size: int) -> float:
     ]
     load_sqlite(db, big)
     load_sqlite(db, rows(text, rng, size, size + 10_000))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await store.forget(BIG)
-    took = time.perf_counter() - started
+    took, cpu = time.perf_counter() - started, time.process_time() - cpu
     await store.close()
-    return took
+    return took, cpu
 
 
 def main() -> None:
@@ -176,14 +222,21 @@ def main() -> None:
             "sqlite": sqlite3.sqlite_version,
             "machine": platform.platform(),
             "load_before": os.getloadavg()[0],
-            "one_process_saves_per_s": round(asyncio.run(one_process(one, queue))),
         }
+        wall, cpu = asyncio.run(one_process(one, queue))
+        result["one_process_saves_per_s"] = round(wall)
+        result["one_process_saves_per_cpu_s"] = round(cpu)
         result["bytes_per_exchange"] = bytes_per_exchange(one)
+        if sqlite_index is not None:  # schema 8 on
+            result["index_parts"] = index_parts(one, Path(folder))
         result["four_processes"] = four_processes(
             Path(folder) / "four.db", args.seed, args.exchanges
         )
-        forget = asyncio.run(big_forget(Path(folder) / "big.db", args.seed, args.big_caller))
+        forget, cpu = asyncio.run(
+            big_forget(Path(folder) / "big.db", args.seed, args.big_caller)
+        )
         result["big_caller_forget_s"] = round(forget, 2)
+        result["big_caller_forget_cpu_s"] = round(cpu, 2)
         result["load_after"] = os.getloadavg()[0]
     print(json.dumps(result, indent=2))
     if args.out:
