@@ -337,25 +337,24 @@ def _contentless_turns(conn: sqlite3.Connection) -> None:
     # the caller's exchange before it, when in the same call). Deleting or changing
     # an exchange indexes again the one whose context it was. caller_key (unused
     # since schema 2) goes too. Runs inside migrate's transaction.
+    # The table is written anew once (rowids kept: they grow with time, which search
+    # relies on), not altered column by column (each ALTER rewrote every row).
     add_functions(conn)
+    conn.create_function("memory_unprefixed", 1, _unprefixed, deterministic=True)
     for trigger in ("turns_ai", "turns_ad", "turns_au"):
         conn.execute(f"DROP TRIGGER {trigger}")
     conn.execute("DROP TABLE turns_fts")
-    rows = conn.execute("SELECT rowid, day_words FROM exchanges").fetchall()
-    conn.executemany(
-        "UPDATE exchanges SET day_words = ? WHERE rowid = ?",
-        (
-            (" ".join(w[CALLER_PREFIX_DIGITS:] for w in r[1].split()), r[0])
-            for r in rows
-        ),
-    )
-    conn.execute("ALTER TABLE exchanges RENAME COLUMN day_words TO day")
-    for column in ("user_words", "reply_words", "caller_key"):
-        conn.execute(f"ALTER TABLE exchanges DROP COLUMN {column}")
-    conn.execute("ALTER TABLE exchanges ADD COLUMN context_of INTEGER")
+    conn.execute(f"CREATE TABLE exchanges_8 ({_EXCHANGES_8})")
+    columns = "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids"
     conn.execute(
-        f"UPDATE exchanges SET context_of = ({PREVIOUS_IN_CALL.format(e='exchanges')})"
+        f"""INSERT INTO exchanges_8 (rowid, {columns}, created_at, day, context_of)
+            SELECT rowid, {columns}, created_at, memory_unprefixed(day_words),
+                   ({PREVIOUS_IN_CALL.format(e="x")})
+            FROM exchanges x"""
     )
+    conn.execute("DROP TABLE exchanges")
+    conn.execute("ALTER TABLE exchanges_8 RENAME TO exchanges")
+    conn.execute("CREATE INDEX exchanges_by_caller ON exchanges (caller_id, created_at)")
     conn.execute(
         "CREATE INDEX exchanges_by_context ON exchanges (context_of) "
         "WHERE context_of IS NOT NULL"
@@ -369,6 +368,25 @@ def _contentless_turns(conn: sqlite3.Connection) -> None:
     index_turns(conn)
     for name, body in TRIGGERS.items():
         conn.execute(f"CREATE TRIGGER {name} {body}")
+
+
+_EXCHANGES_8 = """
+    key            TEXT PRIMARY KEY,
+    caller_id      TEXT NOT NULL,
+    call_id        TEXT NOT NULL,
+    user_text      TEXT NOT NULL,
+    assistant_text TEXT NOT NULL,
+    interrupted    INTEGER NOT NULL DEFAULT 0,
+    item_ids       TEXT NOT NULL,
+    created_at     REAL NOT NULL,
+    day            TEXT NOT NULL DEFAULT '',  -- its date words, as indexed
+    context_of     INTEGER  -- rowid of the exchange indexed as its context, or NULL
+"""
+
+
+def _unprefixed(words: str) -> str:
+    # schema 7's day_words, caller-prefixed, as the words alone
+    return " ".join(w[CALLER_PREFIX_DIGITS:] for w in words.split())
 
 
 def apply_migrations(conn: sqlite3.Connection, start: int, end: int) -> None:
