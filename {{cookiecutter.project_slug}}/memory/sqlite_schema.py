@@ -345,7 +345,9 @@ def _contentless_turns(conn: sqlite3.Connection) -> None:
         conn.execute(f"DROP TRIGGER {trigger}")
     conn.execute("DROP TABLE turns_fts")
     conn.execute(f"CREATE TABLE exchanges_8 ({_EXCHANGES_8})")
-    columns = "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids"
+    columns = (
+        "key, caller_id, call_id, user_text, assistant_text, interrupted, item_ids"
+    )
     conn.execute(
         f"""INSERT INTO exchanges_8 (rowid, {columns}, created_at, day, context_of)
             SELECT rowid, {columns}, created_at, memory_unprefixed(day_words),
@@ -354,7 +356,9 @@ def _contentless_turns(conn: sqlite3.Connection) -> None:
     )
     conn.execute("DROP TABLE exchanges")
     conn.execute("ALTER TABLE exchanges_8 RENAME TO exchanges")
-    conn.execute("CREATE INDEX exchanges_by_caller ON exchanges (caller_id, created_at)")
+    conn.execute(
+        "CREATE INDEX exchanges_by_caller ON exchanges (caller_id, created_at)"
+    )
     conn.execute(
         "CREATE INDEX exchanges_by_context ON exchanges (context_of) "
         "WHERE context_of IS NOT NULL"
