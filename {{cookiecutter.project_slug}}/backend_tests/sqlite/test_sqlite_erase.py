@@ -247,6 +247,8 @@ async def test_the_turn_index_holds_exactly_the_stored_exchanges_words_after_eve
         await check("call forgotten")
         assert await store.forget(BOB) == 4
         await check("caller forgotten")
+        assert await store.forget(ALICE) == 3  # a reply without words among them
+        await check("everyone forgotten")
     finally:
         await store.close()
-    assert len(checks) == 5
+    assert len(checks) == 6 and _index(db) == set()
