@@ -14,10 +14,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from .callers import validate_caller_id
 from .ending import close, extractive_summary
+from .erasure import ErasureCheck
 from .errors import FAIL_OPEN
 from .extraction import FactExtraction
 from .figures import CallFigures, traced_save
@@ -109,6 +110,10 @@ class CallMemory:
             masking=lambda: self.masking,
             warn=self.warn,
         )
+        # an erasure made while the call goes on (another process's too) reaches it:
+        # extraction saves through the check (erasure.py)
+        self.erasure = ErasureCheck(self)
+        self.extraction.store = cast(MemoryStore, self.erasure)
         self.replies = ReplyCheck(self.warn)  # the wiring self-check
         self.capturing = True  # False: nothing more of this call is saved
         self.masking = masking_on()  # card, id and account numbers masked before kept

@@ -19,6 +19,7 @@ from .errors import InvalidStoreUrlError, SchemaMismatchError
 from .places import project_dir
 from .postgres_schema import (
     COUNTS,
+    MARKS,
     SCHEMA_VERSION,
     SEARCH_INDEXES,
     TABLES,
@@ -46,6 +47,7 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE
     ON {schema}.exchanges, {schema}.facts, {schema}.summaries TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.caller_words, {schema}.caller_sizes TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.erasures TO {role};
 GRANT SELECT ON {schema}.schema_version, {schema}.tenant_roles TO {role};
 INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
     ON CONFLICT (role_name) DO UPDATE SET tenant = excluded.tenant;"""
@@ -80,7 +82,7 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
                 """SELECT count(*) FILTER (WHERE relrowsecurity),
                       coalesce(bool_or(pg_has_role(current_user, relowner, 'USAGE')), false)
                FROM pg_class WHERE relnamespace = to_regnamespace(%s) AND relname = ANY(%s)""",
-                [s, [*TABLES, *COUNTS]],
+                [s, [*TABLES, *COUNTS, *MARKS]],
             ).fetchone()
         )
         bound = remap = None
@@ -109,8 +111,9 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
             f"role {role} does not own the tables (owners bypass row-level security)",
         ),
         (
-            rls_on == len(TABLES) + len(COUNTS),
-            f"row-level security is on for {', '.join((*TABLES, *COUNTS))} in schema {s}",
+            rls_on == len(TABLES) + len(COUNTS) + len(MARKS),
+            f"row-level security is on for {', '.join((*TABLES, *COUNTS, *MARKS))}"
+            f" in schema {s}",
         ),
         (
             bound == tenant,

@@ -111,9 +111,23 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     DROP TRIGGER exchanges_au;
     DROP TABLE exchanges_fts;
     """,
+    # 8: erasures reach live calls in every process (see sqlite_queries.forget):
+    # forgetting a caller records when, and an exchange said before that time is
+    # not saved after it (a live call's late save, a retry), whichever process
+    # writes it. caller_id '' is every caller: a retention purge of exchanges.
+    """
+    CREATE TABLE erasures (
+        caller_id TEXT PRIMARY KEY,
+        erased_at REAL NOT NULL     -- seconds since the epoch
+    );
+    CREATE TRIGGER exchanges_erased BEFORE INSERT ON exchanges
+    WHEN EXISTS (SELECT 1 FROM erasures WHERE caller_id IN (new.caller_id, '')
+                 AND erased_at >= new.created_at)
+    BEGIN SELECT RAISE(IGNORE); END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-TABLES = {"exchanges", "turns_fts", "facts", "summaries"}
+TABLES = {"exchanges", "turns_fts", "facts", "summaries", "erasures"}
 
 
 def migrate(conn: sqlite3.Connection, path: Path) -> int | None:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 import memory
+from tests.conftest import call
 from tests.doubles import InMemoryStore, make_exchange
+from tests.scripted_llm import ScriptedLLM
 
 PROJECT = Path(__file__).resolve().parents[1]
 ALICE, BOB = "alice@example.com", "+15550100200"
@@ -207,6 +209,29 @@ async def test_forget_erases_one_caller_only_after_yes(store_url, two_callers):
     assert (await check.profile(ALICE)).empty and await check.exchanges(ALICE) == []
     assert len(await check.exchanges(BOB)) == 1
     await check.close()
+
+
+async def test_forget_during_a_live_call_reaches_it_so_nothing_said_before_comes_back(
+    store_url, store, caplog
+):
+    model = ScriptedLLM(
+        ["Hello!", "Noted, Dana.", "We close at six."],
+        # what the model would find in the whole call: the name said before forget
+        extract=[json.dumps({"facts": [{"kind": "name", "value": "Dana", "exchange": 1}]})],
+    )
+    async with call(store, ALICE, model) as (session, live):
+        await session.run(user_input="I'm Dana, my locker code is 4417.")
+        await live.flush()
+        # the operator, in another process, while the call goes on
+        forgot = await asyncio.to_thread(admin, store_url, "forget", ALICE, "--yes")
+        assert forgot.returncode == 0, forgot.stderr
+        await session.run(user_input="What time do you close?")
+    said = [e.user_text for e in await store.exchanges(ALICE)]
+    assert said == ["What time do you close?"]
+    summaries = " ".join(s.text for s in await store.summaries(ALICE))
+    assert "Dana" not in summaries and "4417" not in summaries
+    assert (await store.profile(ALICE)).facts == ()
+    assert "said before then are not saved, summarised or extracted" in caplog.text
 
 
 async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(
