@@ -2,6 +2,12 @@
 on, in this process or another one (an operator's ``memory_admin.py forget``, the
 caller's own request in another call, a retention purge of exchanges).
 
+A fact forgotten during a call (``forget_fact_words``) goes from what holds its words
+too: the value, word for word, becomes ``FORGOTTEN`` in this call's turns (so its
+summary and extraction cannot find it, and its exchanges are saved again without it),
+in the caller's stored call summaries and exchanges, and extraction refuses to save it
+again in this call.
+
 The store records when (``MemoryStore.erased_at``) and skips, itself, every save of an
 exchange created before that time, whichever process makes it. What the store cannot
 see is what a live call still holds in memory: the turns said before the erasure,
@@ -14,18 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import weakref
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import FAIL_OPEN, MemoryStoreError
-from .facts import Fact, Remembered
+from .facts import Fact, Remembered, matching_facts
 from .limits import WRITE_TIMEOUT
 
 if TYPE_CHECKING:
     from .call import CallMemory
 
 logger = logging.getLogger("memory")
+
+FORGOTTEN = "[forgotten]"
+"""What a forgotten fact's value is replaced by in the texts that said it."""
 
 
 class ErasedError(MemoryStoreError):
@@ -44,6 +56,8 @@ class ErasureCheck:
     def __init__(self, call: CallMemory) -> None:
         self.call = call
         self.applied = 0.0  # the erasure time already applied to this call
+        self.facts: list[tuple[str, str | None]] = []  # (kind, value) forgotten here
+        self.words: list[str] = []  # their values, redacted wherever they were said
         self._checked: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self._stale: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
@@ -100,4 +114,66 @@ class ErasureCheck:
             raise ErasedError(
                 "not saved: extracted from words said before the caller was forgotten"
             )
+        if self.forgotten(fact):
+            raise ErasedError("not saved: the caller had this fact forgotten")
         return await self.call.store.remember(caller_id, fact, timeout=timeout)
+
+    def forgotten(self, fact: Fact) -> bool:
+        """Whether ``fact`` is one the caller had forgotten during this call."""
+        return any(
+            matching_facts([fact], kind, value) for kind, value in self.facts
+        ) or redact(fact.value, self.words) != fact.value
+
+
+def redact(text: str, values: Sequence[str]) -> str:
+    """``text`` with each of ``values`` replaced by ``FORGOTTEN`` wherever it stands
+    word for word (any case, any spaces between its words, not inside a longer
+    word). Linear: each value is a literal pattern."""
+    for value in values:
+        words = [re.escape(w) for w in value.split()]
+        if words and text:
+            pattern = r"(?<!\w)" + r"\s+".join(words) + r"(?!\w)"
+            text = re.sub(pattern, FORGOTTEN, text, flags=re.IGNORECASE)
+    return text
+
+
+async def forget_fact_words(
+    call: CallMemory, kind: str, value: str | None, values: Sequence[str]
+) -> None:
+    """After the fact ``kind`` (only ``value``, or every value) was forgotten at the
+    caller's request, take its ``values`` out of what else holds them: this call's
+    turns (its exchanges saved again), the caller's stored call summaries and
+    exchanges of earlier calls; and keep extraction from saving it again. Within
+    ``WRITE_TIMEOUT`` seconds; never raises (what could not be done is logged)."""
+    check = call.erasure
+    check.facts.append((kind, value))
+    check.words += [v for v in values if v.strip()]
+    words = list(check.words)
+    for exchange in call.pairing.rewrite(lambda text: redact(text, words)):
+        call.writer.put(exchange)
+    if call.caller_id is None or not values:
+        return
+    try:
+        await asyncio.wait_for(
+            _redact_stored(call, call.caller_id, words), WRITE_TIMEOUT
+        )
+    except FAIL_OPEN as exc:
+        call.warn(
+            "forget-words",
+            "a forgotten fact's words may remain in stored summaries or exchanges: %r",
+            exc,
+        )
+
+
+async def _redact_stored(call: CallMemory, caller_id: str, words: list[str]) -> None:
+    store = call.store
+    for summary in await store.summaries(caller_id):
+        text = redact(summary.text, words)
+        if text != summary.text:
+            await store.save_summary(caller_id, summary.call_id, text)
+    for e in await store.exchanges(caller_id):
+        if e.call_id == call.call_id:
+            continue  # this call's own: its writer saves them again (above)
+        user, reply = redact(e.user_text, words), redact(e.assistant_text, words)
+        if (user, reply) != (e.user_text, e.assistant_text):
+            await store.save(replace(e, user_text=user, assistant_text=reply))
