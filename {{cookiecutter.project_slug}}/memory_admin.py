@@ -176,7 +176,9 @@ async def run(args: argparse.Namespace, out: Any) -> None:
         elif args.command in ("show", "export"):
             assert caller is not None
             data = await export(store, caller)
-            if not any(data[k] for k in ("facts", "fact_history", "summaries", "exchanges")):
+            if not any(
+                data[k] for k in ("facts", "fact_history", "summaries", "exchanges")
+            ):
                 raise NotStoredError(await _nothing_stored(store, caller))
             if args.command == "show":
                 print(show(data), file=out)

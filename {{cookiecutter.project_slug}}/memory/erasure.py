@@ -120,9 +120,10 @@ class ErasureCheck:
 
     def forgotten(self, fact: Fact) -> bool:
         """Whether ``fact`` is one the caller had forgotten during this call."""
-        return any(
-            matching_facts([fact], kind, value) for kind, value in self.facts
-        ) or redact(fact.value, self.words) != fact.value
+        return (
+            any(matching_facts([fact], kind, value) for kind, value in self.facts)
+            or redact(fact.value, self.words) != fact.value
+        )
 
 
 def redact(text: str, values: Sequence[str]) -> str:

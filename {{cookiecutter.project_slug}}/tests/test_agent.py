@@ -647,7 +647,9 @@ def test_a_withheld_number_gets_no_memory_and_one_log_line(who, metadata, caplog
             who, livekit_adapter.dispatch_metadata(metadata)
         )
     assert got is None
-    (line,) = [r.getMessage() for r in caplog.records if "memory is off" in r.getMessage()]
+    (line,) = [
+        r.getMessage() for r in caplog.records if "memory is off" in r.getMessage()
+    ]
     assert "stands for a withheld number" in line
 
 

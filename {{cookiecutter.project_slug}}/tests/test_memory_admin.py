@@ -254,7 +254,9 @@ async def test_forget_during_a_live_call_reaches_it_so_nothing_said_before_comes
     model = ScriptedLLM(
         ["Hello!", "Noted, Dana.", "We close at six."],
         # what the model would find in the whole call: the name said before forget
-        extract=[json.dumps({"facts": [{"kind": "name", "value": "Dana", "exchange": 1}]})],
+        extract=[
+            json.dumps({"facts": [{"kind": "name", "value": "Dana", "exchange": 1}]})
+        ],
     )
     async with call(store, ALICE, model) as (session, live):
         await session.run(user_input="I'm Dana, my locker code is 4417.")
