@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 from .callers import validate_caller_id
 from .ending import close, extractive_summary
@@ -32,7 +32,7 @@ from .retention import purge_in_background
 from .speech import ReplyCheck
 from .store import MemoryStore, NoStore
 from .tools import forget, remember
-from .voicemail import is_voicemail_greeting
+from .voicemail import screened
 from .writer import ExchangeWriter
 
 logger = logging.getLogger("memory")
@@ -111,10 +111,7 @@ class CallMemory:
             masking=lambda: self.masking,
             warn=self.warn,
         )
-        # an erasure made while the call goes on (another process's too) reaches it:
-        # extraction saves through the check (erasure.py)
-        self.erasure = ErasureCheck(self)
-        self.extraction.store = cast(MemoryStore, self.erasure)
+        self.erasure = ErasureCheck(self)  # an erasure made meanwhile reaches the call
         self.replies = ReplyCheck(self.warn)  # the wiring self-check
         self.capturing = True  # False: nothing more of this call is saved
         self.masking = masking_on()  # card, id and account numbers masked before kept
@@ -123,10 +120,7 @@ class CallMemory:
         model, see recipes/call_summary.py); None, or a failure, falls back to the
         extractive ``summary()``."""
         self.forgotten = False  # the caller had this call (or everything) forgotten
-        self.screens_voicemail = False
-        """An outbound call: a first turn that reads as a voicemail greeting
-        (``voicemail.is_voicemail_greeting``) means no one to remember answered, and
-        ``not_a_person`` is called."""
+        self.screens_voicemail = False  # an outbound call: see voicemail.screened
         self._started = False
         self._closed = False
         self._closing: asyncio.Task[int] | None = None
@@ -240,13 +234,7 @@ class CallMemory:
             return
         if role == "assistant" and speech_id is not None:
             self.replies.said(speech_id)
-        if (
-            role == "user"
-            and self.screens_voicemail
-            and not self.pairing.turns
-            and is_voicemail_greeting(text or "")
-        ):
-            self.not_a_person("its first words read as a voicemail greeting")
+        if role == "user" and screened(self, text):
             return
         try:
             if self.masking and text:
@@ -307,23 +295,6 @@ class CallMemory:
         and nothing more is saved in this call) or "this_call" (this call's exchanges,
         and nothing more of it is saved). See ``tools.forget``."""
         return await forget(self, what, kind, value)
-
-    def not_a_person(self, reason: str) -> None:
-        """The call was answered by a machine (voicemail, a menu), not by the caller
-        memory is kept for: nothing of it is kept (what was queued is dropped, no
-        summary, no extraction); one log line with ``reason``. For LiveKit's
-        answering-machine detection, call it when ``result.is_machine``."""
-        if not self.enabled:
-            return
-        self.capturing = False
-        self.writer.drop_all()
-        self.pairing.clear()
-        logger.warning(
-            "memory: call %s is not kept (%s): answered by a machine, not by %s",
-            self.call_id,
-            reason,
-            self.caller_id,
-        )
 
     # -- the end --
 

@@ -25,7 +25,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import FAIL_OPEN, MemoryStoreError
 from .facts import Fact, Remembered, matching_facts
@@ -33,6 +33,7 @@ from .limits import WRITE_TIMEOUT
 
 if TYPE_CHECKING:
     from .call import CallMemory
+    from .store import MemoryStore
 
 logger = logging.getLogger("memory")
 
@@ -50,11 +51,14 @@ class ErasureCheck:
 
     ``apply`` reads the store's erasure time and drops the call's turns said at or
     before it (their pending saves, the summary and extraction of them); never raises.
-    ``remember`` is what the call's fact extraction writes through: a fact from a
-    transcript read before an erasure was applied is refused (``ErasedError``)."""
+    ``remember`` is what the call's fact extraction writes through (set here): a
+    fact from a transcript read before an erasure was applied, or one the caller had
+    forgotten in this call, is refused (``ErasedError``)."""
 
     def __init__(self, call: CallMemory) -> None:
         self.call = call
+        # what the call's fact extraction writes through (it uses only remember)
+        call.extraction.store = cast("MemoryStore", self)
         self.applied = 0.0  # the erasure time already applied to this call
         self.facts: list[tuple[str, str | None]] = []  # (kind, value) forgotten here
         self.words: list[str] = []  # their values, redacted wherever they were said

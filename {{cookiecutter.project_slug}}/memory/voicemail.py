@@ -3,16 +3,23 @@
 On an outbound call a voicemail greeting ("Hi, you've reached Dana, leave a message
 after the tone") arrives as the callee's first words: kept, its name would be
 extracted as the callee's and read back to them on the next call. LiveKit's
-answering-machine detection (``livekit.agents.AMD``, livekit-agents 1.8 and later:
-an LLM classifier on the call's first utterance, after ``sip.callStatus`` is
-"active") is the strong signal: on ``result.is_machine`` call
-``CallMemory.not_a_person``. Without it, ``CallMemory.screens_voicemail`` applies the
-conservative rule here to the first turn of the call: plain text, no I/O.
+answering-machine detection (``livekit.agents.AMD`` in livekit-agents 1.8.9, the
+release this project pins: an LLM classifier of the call's first utterance, once
+``sip.callStatus`` is "active") is the strong signal: when its ``result.is_machine``,
+call ``not_a_person(call, reason)``. Without it, ``CallMemory.screens_voicemail``
+applies the conservative rule here to the call's first turn: plain text, no I/O.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .call import CallMemory
+
+logger = logging.getLogger("memory")
 
 VOICEMAIL_PHRASES = (
     r"you(?:'ve| have) reached",
@@ -43,3 +50,33 @@ def is_voicemail_greeting(text: str) -> bool:
         if re.search(phrase, head, re.IGNORECASE)  # (re caches compiled patterns)
     }
     return len(found) >= 2
+
+
+def screened(call: CallMemory, text: str | None) -> bool:
+    """For a caller turn of ``call``: when ``call.screens_voicemail`` (an outbound
+    call) and it is the call's first, and it reads as a voicemail greeting
+    (``is_voicemail_greeting``), the call is not a person's (``not_a_person``);
+    returns whether that happened."""
+    if not call.screens_voicemail or call.pairing.turns:
+        return False
+    if not is_voicemail_greeting(text or ""):
+        return False
+    not_a_person(call, "its first words read as a voicemail greeting")
+    return True
+
+
+def not_a_person(call: CallMemory, reason: str) -> None:
+    """``call`` was answered by a machine (voicemail, a menu), not by the caller
+    memory is kept for: nothing of it is kept (what was queued is dropped, no
+    summary, no extraction), with one log line giving ``reason``."""
+    if not call.enabled:
+        return
+    call.capturing = False
+    call.writer.drop_all()
+    call.pairing.clear()
+    logger.warning(
+        "memory: call %s is not kept (%s): answered by a machine, not by %s",
+        call.call_id,
+        reason,
+        call.caller_id,
+    )
