@@ -15,7 +15,10 @@ What changes against agent.py: `on_enter` (consent check, greeting that asks), a
 the entrypoint waits for a SIP participant, and it can place outbound calls: a
 dispatch with `{"dial": "+15550100200"}` in its metadata rings that number through
 `SIP_OUTBOUND_TRUNK_ID` (`dial`); a call nobody answers ends there, before any
-memory is read or written. Recall is the same as agent.py's.
+memory is read or written, and one answered by voicemail keeps nothing (its greeting
+is not the callee's words: `CallMemory.screens_voicemail`, memory/voicemail.py, which
+also says how to use LiveKit's answering-machine detection instead). Recall is the
+same as agent.py's.
 
 Copy it into your agent: copy `memory/` and make agent.py's three touch points
 first (livekit-memory-kit's docs/add-memory-to-your-agent.md); then copy `on_enter`, `record_consent`, `dial`, the consent
@@ -239,6 +242,8 @@ async def entrypoint(ctx: JobContext) -> None:
     assistant = await build_agent(
         session, ctx.proc.userdata["memory"], caller.id, ctx.job.id
     )
+    # A call we placed may reach voicemail: its greeting is not the callee's words.
+    assistant.memory.screens_voicemail = bool(number)
     # 3. Close: the last writes and the call summary land before the job ends.
     ctx.add_shutdown_callback(assistant.memory.on_shutdown)
     await session.start(

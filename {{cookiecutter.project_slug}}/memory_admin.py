@@ -13,10 +13,12 @@ summaries and exchanges oldest first, so a caller's calls read in the order they
 happened; `show` marks a reply the caller cut short "(interrupted)".
 
 It opens the store MEMORY_URL names (the environment or .env.local), as the worker does;
-the read commands (stats, callers, show, export) refuse a store that does not exist
-(a SQLite file not there) instead of creating an empty one.
-It prints one caller's data only when given that caller's id, never another's. Exit
-status: 0 done, 1 the store failed (the message says why), 2 a bad command or caller id.
+no command creates a store: one that does not exist (a SQLite file not there) is
+refused, so a mistyped path is not taken for an empty store, nor a forget in a new
+file for an erasure. It prints one caller's data only when given that caller's id,
+never another's. Exit status: 0 done, 1 the store failed (the message says why), 2 a
+bad command or caller id, 3 `show` or `export` of a caller of whom nothing is stored
+(the message says whether they were forgotten, and when).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import asyncio
 import codecs
 import io
 import json
+import re
 import sys
 import time
+import unicodedata
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -42,12 +46,25 @@ from memory.places import project_dir
 load_dotenv(project_dir() / ".env.local")
 
 DAY = 86_400.0
-READS = ("stats", "callers", "show", "export")
-"""Commands that only read: they open an existing store and never create one."""
 
 
 class UsageError(Exception):
     """A command that cannot run as given (exit status 2)."""
+
+
+class NotStoredError(Exception):
+    """``show`` or ``export`` of a caller of whom nothing is stored (exit status 3):
+    a mistyped id must not look like a forgotten caller."""
+
+
+async def _nothing_stored(store: memory.MemoryStore, caller_id: str) -> str:
+    erased = await store.erased_at(caller_id)
+    if erased:
+        return f"nothing is stored for {caller_id}: forgotten {_day(erased)}"
+    return (
+        f"nothing is stored for {caller_id} (check the id: `callers` lists those "
+        "with memory)"
+    )
 
 
 async def export(store: memory.MemoryStore, caller_id: str) -> dict[str, Any]:
@@ -90,7 +107,7 @@ def show(data: dict[str, Any]) -> str:
     ]
     lines.append(f"call summaries ({len(data['summaries'])}):")
     lines += [
-        f"  {_day(s['created_at'])} {s['call_id']}: {_said(s['text'])}"
+        f"  {_day(s['created_at'])} {_id(s['call_id'])}: {_said(s['text'])}"
         for s in data["summaries"]
     ]
     lines.append(f"exchanges ({len(data['exchanges'])}):")
@@ -107,10 +124,29 @@ def show(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+SHOWN_AS_ESCAPES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+"""Unicode categories ``show`` prints as ``\\uXXXX`` escapes: controls (C0 and C1,
+whose one-byte CSI U+009B starts a terminal escape sequence, and NEL U+0085), format
+characters (bidirectional overrides that reorder what is shown), line and paragraph
+separators (U+2028, U+2029, which some terminals and viewers break lines at),
+surrogates, private-use and unassigned code points."""
+
+
 def _said(text: str) -> str:
     # one JSON string: the same double quotes whatever the text holds (repr switched
-    # to single quotes unless the text had one), and a line break cannot fake a line
-    return json.dumps(text, ensure_ascii=False)
+    # to single quotes unless the text had one), and a line break cannot fake a line;
+    # json.dumps escapes only C0 controls, so the rest is escaped here (still JSON)
+    return "".join(
+        f"\\u{ord(c):04x}"
+        if ord(c) > 0x7E and unicodedata.category(c) in SHOWN_AS_ESCAPES
+        else c
+        for c in json.dumps(text, ensure_ascii=False)
+    )
+
+
+def _id(call_id: str) -> str:
+    # a call id (LiveKit's job or room id) as it is; any other, as one JSON string
+    return call_id if re.fullmatch(r"[\w.:@+-]+", call_id, re.ASCII) else _said(call_id)
 
 
 def _day(ts: float) -> str:
@@ -128,8 +164,9 @@ async def run(args: argparse.Namespace, out: Any) -> None:
         raise UsageError(f"forget erases everything about {caller}; add --yes to do it")
     if args.command == "purge" and args.what and args.older_than_days is None:
         raise UsageError("--what needs --older-than-days")
-    # A read of a store that is not there (a mistyped path) is an error, not zeros.
-    store = memory.open_store(create=args.command not in READS)
+    # A store that is not there (a mistyped path) is an error, not zeros, and no
+    # command creates one: a forget "done" in a new empty file erased nothing.
+    store = memory.open_store(create=False)
     try:
         if args.command == "stats":
             print(json.dumps(await store.stats(), indent=2), file=out)
@@ -139,6 +176,10 @@ async def run(args: argparse.Namespace, out: Any) -> None:
         elif args.command in ("show", "export"):
             assert caller is not None
             data = await export(store, caller)
+            if not any(
+                data[k] for k in ("facts", "fact_history", "summaries", "exchanges")
+            ):
+                raise NotStoredError(await _nothing_stored(store, caller))
             if args.command == "show":
                 print(show(data), file=out)
             elif args.out:
@@ -157,6 +198,7 @@ async def run(args: argparse.Namespace, out: Any) -> None:
             assert caller is not None
             n = await store.forget(caller, timeout=60.0)
             print(f"forgot {caller}: {n} rows deleted", file=out)
+
         elif args.command == "purge":
             if args.what:
                 days: dict[str, float | None] = dict.fromkeys(memory.PURGEABLE)
@@ -221,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
+    except NotStoredError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 3
     except (
         memory.StoreUnavailableError
     ) as exc:  # its message says where and what to check

@@ -123,6 +123,48 @@ async def test_a_caller_who_agreed_before_is_captured_from_the_start(store):
     assert "ask whether" not in model.replies[0].items[-1].text_content
 
 
+async def test_an_outbound_call_answered_by_voicemail_keeps_nothing_of_the_greeting(
+    store, caplog
+):
+    # The greeting became the callee's words, a name was extracted from it and the
+    # next call read it back.
+    await store.remember(NUMBER, memory.Fact.of("recording_consent", "yes"))
+    greeting = (
+        "Hi, you've reached Dana Whitfield. I can't take your call right now, "
+        "please leave a message after the tone."
+    )
+    model = ScriptedLLM(
+        ["Hello, this is the clinic calling.", "Hi Dana, please call us back."],
+        extract=[
+            '{"facts": [{"kind": "name", "value": "Dana Whitfield", "exchange": 1}]}'
+        ],
+    )
+    async with call(store, NUMBER, model, screens_voicemail=True) as (session, _):
+        await session.run(user_input=greeting)
+    assert await store.exchanges(NUMBER) == []
+    assert await store.summaries(NUMBER) == []
+    assert [f.kind for f in (await store.profile(NUMBER)).facts] == [
+        "recording_consent"
+    ]
+    assert "answered by a machine" in caplog.text
+    # a person who answers the same way is remembered as usual
+    async with call(
+        store,
+        NUMBER,
+        ScriptedLLM(["Hello!", "Noted."]),
+        call_id="call-2",
+        screens_voicemail=True,
+    ) as (session, _):
+        await session.run(user_input="Hi, it's Dana. I got your voicemail.")
+    said = [e.user_text for e in await store.exchanges(NUMBER)]
+    assert said == ["", "Hi, it's Dana. I got your voicemail."]
+
+
+def test_the_entrypoint_screens_the_calls_it_places_for_voicemail():
+    source = inspect.getsource(agent.entrypoint)
+    assert "screens_voicemail = bool(number)" in source
+
+
 # -- outbound calls --------------------------------------------------------------------
 # A fake of LiveKit's server API (Twirp over HTTP, as livekit-api speaks it), on
 # localhost: CreateSIPParticipant answers with the SIP participant when the number

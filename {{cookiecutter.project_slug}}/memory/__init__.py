@@ -17,13 +17,14 @@ stores import only the modules below the store interface):
 
 - ``call`` (CallMemory), ``recall`` (budget and cache), ``pairing`` (which reply
   answers which turn), ``writer`` (background saves), ``ending`` (the end of a
-  call), ``tools`` (what the remember and forget tools do), ``speech`` (the
+  call), ``erasure`` (an erasure made during a call reaches it), ``tools`` (what
+  the remember and forget tools do), ``speech`` (the
   wiring self-check), ``figures`` (trace spans, the call's log line), ``health`` (a
   store known to be down);
 - ``block`` (the block and every sentence the model reads), ``facts`` (kinds and
   reconciliation), ``extraction`` (facts from a call's transcript), ``words``
   (search words, languages, stems), ``dates`` (time zones), ``callers`` (caller
-  ids), ``privacy`` (masking), ``retention`` (how long memory is kept), ``text``,
+  ids, withheld numbers), ``privacy`` (masking), ``retention`` (how long memory is kept), ``text``,
   ``records`` (what memory holds), ``limits`` (every limit), ``errors``;
 - ``store`` (the ``MemoryStore`` Protocol and ``open_store``), ``places`` (the
   data folder); backends: ``sqlite_store`` (+ ``sqlite_file``: connections and
@@ -57,6 +58,7 @@ from .errors import (
     MemoryStoreError,
     SchemaMismatchError,
     StoreUnavailableError,
+    WithheldCallerIdError,
 )
 from .facts import FACT_KINDS, Fact, FactKind, Remembered, reconcile
 from .figures import Trace
@@ -110,6 +112,7 @@ __all__ = [
     "Summary",
     "Trace",
     "TurnPairing",
+    "WithheldCallerIdError",
     "exchange_key",
     "format_block",
     "mask_sensitive",

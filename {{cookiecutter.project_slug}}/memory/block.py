@@ -15,10 +15,9 @@ from typing import Any
 
 from .dates import local_date, month, since, time_line, zone_or_utc
 from .errors import FAIL_OPEN
-from .facts import Fact, Remembered, fact_label
+from .facts import Fact, Remembered, fact_label, shown_kind
 from .limits import (
     MAX_BLOCK_CHARS,
-    MAX_FACT_KIND_CHARS,
     MAX_FACT_VALUE_CHARS,
     MIN_BLOCK_CHARS,
 )
@@ -225,10 +224,7 @@ def remembered_sentence(done: Remembered, others: Sequence[Fact] = ()) -> str:
 def _fact_line(f: Fact, zone: tzinfo) -> str:
     # When it was learned, and last said if that was in a later month, so the model
     # can tell a fresh fact from a stale one ("since March 2026, said again May 2026").
-    kind, value = (
-        clip(fact_label(f.kind), MAX_FACT_KIND_CHARS),
-        quoted(f.value, MAX_FACT_VALUE_CHARS),
-    )
+    kind, value = shown_kind(f.kind), quoted(f.value, MAX_FACT_VALUE_CHARS)
     line = f"- {kind}: {value}"
     if f.learned_at > 0:
         # the block's zone, not deployment_zone() per fact: each call resolves

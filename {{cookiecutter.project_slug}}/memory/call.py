@@ -18,6 +18,7 @@ from typing import Any
 
 from .callers import validate_caller_id
 from .ending import close, extractive_summary
+from .erasure import ErasureCheck
 from .errors import FAIL_OPEN
 from .extraction import FactExtraction
 from .figures import CallFigures, traced_save
@@ -31,6 +32,7 @@ from .retention import purge_in_background
 from .speech import ReplyCheck
 from .store import MemoryStore, NoStore
 from .tools import forget, remember
+from .voicemail import screened
 from .writer import ExchangeWriter
 
 logger = logging.getLogger("memory")
@@ -109,6 +111,7 @@ class CallMemory:
             masking=lambda: self.masking,
             warn=self.warn,
         )
+        self.erasure = ErasureCheck(self)  # an erasure made meanwhile reaches the call
         self.replies = ReplyCheck(self.warn)  # the wiring self-check
         self.capturing = True  # False: nothing more of this call is saved
         self.masking = masking_on()  # card, id and account numbers masked before kept
@@ -117,6 +120,7 @@ class CallMemory:
         model, see recipes/call_summary.py); None, or a failure, falls back to the
         extractive ``summary()``."""
         self.forgotten = False  # the caller had this call (or everything) forgotten
+        self.screens_voicemail = False  # an outbound call: see voicemail.screened
         self._started = False
         self._closed = False
         self._closing: asyncio.Task[int] | None = None
@@ -230,6 +234,8 @@ class CallMemory:
             return
         if role == "assistant" and speech_id is not None:
             self.replies.said(speech_id)
+        if role == "user" and screened(self, text):
+            return
         try:
             if self.masking and text:
                 text = mask_sensitive(text)

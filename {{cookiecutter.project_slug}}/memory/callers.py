@@ -12,7 +12,7 @@ import re
 
 import phonenumbers
 
-from .errors import InvalidCallerIdError
+from .errors import InvalidCallerIdError, WithheldCallerIdError
 from .limits import MAX_CALLER_ID_CHARS
 from .text import clip
 
@@ -95,3 +95,77 @@ def normalise_caller_id(caller_id: object) -> str:
         if caller_id.strip().startswith("+") or digits >= 10:
             return normalise_phone_number(caller_id)
     return validate_caller_id(caller_id)
+
+
+WITHHELD_CALLER_IDS = (
+    # Twilio's placeholders for a withheld caller ID (the words spelt on a keypad),
+    # documented in Twilio's Voice API "Anonymous/Restricted/Unknown caller ID" notes
+    "+266696687",  # ANONYMOUS
+    "+8656696",  # UNKNOWN
+    "+86282452253",  # UNAVAILABLE
+    "+7378742833",  # RESTRICTED
+    # the words carriers and SIP trunks send instead of a number
+    "anonymous",
+    "unknown",
+    "unavailable",
+    "restricted",
+    "private",
+    "withheld",
+    "blocked",
+    "unknown caller",
+    "no caller id",
+)
+"""Caller ids that stand for a withheld number, not for a caller: every caller who
+hides their number would share one memory under them. Compared without case, spaces
+or punctuation, and numbers by their digits (``+266696687`` and ``266-696-687`` are
+one). An id ``...@anonymous.invalid`` (RFC 3323's anonymous SIP URI) is one too. Add
+your carrier's with ``MEMORY_WITHHELD_CALLER_IDS`` (comma-separated)."""
+WITHHELD_SETTING = "MEMORY_WITHHELD_CALLER_IDS"
+
+
+def _withheld_key(value: str) -> str:
+    text = value.strip().casefold()
+    if _PHONE_LIKE.fullmatch(text):
+        return "".join(c for c in text if c.isdigit())
+    return " ".join(re.sub(r"[^\w]+", " ", text).split())
+
+
+def withheld(caller_id: object) -> bool:
+    """Whether ``caller_id`` (as it arrived, or normalised) is a placeholder for a
+    withheld number: one of ``WITHHELD_CALLER_IDS`` or of ``MEMORY_WITHHELD_CALLER_IDS``,
+    or an ``@anonymous.invalid`` address."""
+    if not isinstance(caller_id, str):
+        return False
+    if caller_id.strip().casefold().endswith("@anonymous.invalid"):
+        return True
+    extra = os.getenv(WITHHELD_SETTING, "").split(",")
+    known = {_withheld_key(v) for v in (*WITHHELD_CALLER_IDS, *extra) if v.strip()}
+    return _withheld_key(caller_id) in known
+
+
+def refuse_withheld(caller_id: object) -> None:
+    """Raise ``WithheldCallerIdError`` when ``caller_id`` is a placeholder for a
+    withheld number (``withheld``): such a call runs with memory off."""
+    if withheld(caller_id):
+        raise WithheldCallerIdError(
+            f"caller id {clip(str(caller_id), 40)!r} stands for a withheld number, "
+            f"not a caller (memory.callers.WITHHELD_CALLER_IDS, {WITHHELD_SETTING})"
+        )
+
+
+IDENTITY_PREFIX = "identity:"
+"""What a participant identity in the phone namespace is kept under (see
+``identity_caller_id``)."""
+
+
+def identity_caller_id(identity: object) -> str:
+    """The caller id of a participant identity from your token server: the identity
+    as it is, unless it begins with ``+`` (the phone namespace, which belongs to SIP
+    callers' numbers and to numbers your dispatch gives), then ``identity:`` and the
+    identity. So a web caller whose identity is "+15550100200" never reads or writes
+    the memory of the phone caller +1 555 010 0200; to join the two on purpose, give
+    the number as the dispatch's ``caller_id``. Raises ``InvalidCallerIdError``."""
+    value = validate_caller_id(identity)
+    if value.startswith("+"):
+        return validate_caller_id(IDENTITY_PREFIX + value)
+    return value

@@ -48,6 +48,8 @@ async def close(call: CallMemory, reason: str, timeout: float) -> int:
         unsaved = await writer.flush(max(0.0, deadline - time.monotonic()))
     writer.stop()
     call.extraction.flushed = (time.monotonic() - started, unsaved, timeout)
+    if call.capturing and call.enabled:  # the caller forgotten meanwhile (erasure.py)
+        await call.erasure.apply(max(0.0, deadline - time.monotonic()) / 4)
     ending = []
     if call.capturing and call.pairing.turns and not unsaved:
         ending.append(save_summary(call, deadline))

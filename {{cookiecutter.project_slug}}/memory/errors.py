@@ -16,6 +16,11 @@ class InvalidCallerIdError(MemoryStoreError, ValueError):
     """A caller id that is empty, too long or has characters outside the allowed set."""
 
 
+class WithheldCallerIdError(InvalidCallerIdError):
+    """A caller id that stands for a withheld number ("anonymous", Twilio's
+    +266696687): no memory is kept under it (``callers.WITHHELD_CALLER_IDS``)."""
+
+
 class InvalidFactError(MemoryStoreError, ValueError):
     """A fact whose kind or value is empty or too long."""
 

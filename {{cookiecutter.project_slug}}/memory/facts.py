@@ -7,6 +7,7 @@ reconcile alike.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Sequence
@@ -191,3 +192,12 @@ def matching_facts(facts: Sequence[Fact], kind: str, value: str | None) -> list[
 def fact_label(kind: str) -> str:
     """A fact's kind as the model reads it: "home_city" -> "home city"."""
     return kind.replace("_", " ")
+
+
+def shown_kind(kind: str) -> str:
+    """A fact's kind as the memory block shows it: a kind of ``FACT_KINDS`` as its
+    words ("home city"), any other as one JSON string (``"favourite team"``). Those
+    are the model's own words, which a caller can steer ("ignore previous
+    instructions"), so they are quoted data like every remembered text."""
+    label = fact_label(kind)[:MAX_FACT_KIND_CHARS]
+    return label if kind in _KINDS else json.dumps(label, ensure_ascii=False)

@@ -233,8 +233,25 @@ class HostedStore:
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
-        await self._io.write(self._outbox.put, Item.of_exchange(exchange))
-        self._delivery.kick()
+        # On the writer thread, after any forget this process queued before it.
+        if await self._io.write(self._put_unless_erased, exchange):
+            self._delivery.kick()
+
+    def _put_unless_erased(self, exchange: Exchange) -> bool:
+        # An exchange said before the caller was forgotten (a late save, a retry) is
+        # not kept: the outbox's tombstone of the caller says when (erased_at).
+        _, marks = self._outbox.rows(exchange.caller_id, ())
+        if exchange.created_at <= marks.before:
+            return False
+        self._outbox.put(Item.of_exchange(exchange))
+        return True
+
+    async def erased_at(self, caller_id: str) -> float:
+        """From the outbox's tombstones: what the worker processes sharing this
+        outbox file forgot (kept ``KEEP_TOMBSTONES``); the services record no time
+        of a forget that other machines could read."""
+        _, marks = await self._io.read(self._outbox.rows, caller_id, ())
+        return float(marks.before)
 
     async def remember(
         self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT

@@ -41,7 +41,13 @@ from livekit.agents import __version__ as livekit_agents_version
 from livekit.agents.telemetry import tracer
 
 from .call import CallMemory
-from .callers import normalise_caller_id, normalise_phone_number, validate_caller_id
+from .callers import (
+    identity_caller_id,
+    normalise_caller_id,
+    normalise_phone_number,
+    refuse_withheld,
+    validate_caller_id,
+)
 from .errors import FAIL_OPEN
 from .limits import switched_off
 from .store import MemoryStore
@@ -111,13 +117,27 @@ def caller_id_for(participant: rtc.RemoteParticipant, dispatch: dict[str, Any]) 
     a SIP number (caller ID) can be spoofed by whoever places the call, and an
     identity is whatever your token server put in the token.
 
-    Raises ``InvalidCallerIdError`` with the reason when the id is unusable."""
+    Each source has its own namespace: a number (E.164, ``+`` and digits) is a SIP
+    caller's or one your dispatch gives; an identity that begins with ``+`` is kept
+    as ``identity:`` + the identity (``identity_caller_id``), so a web caller can
+    never be a phone caller. The dispatch's ``caller_id`` joins them on purpose.
+
+    Raises ``InvalidCallerIdError`` with the reason when the id is unusable, and
+    ``WithheldCallerIdError`` (one) for a placeholder of a withheld number
+    ("anonymous", +266696687: ``callers.WITHHELD_CALLER_IDS``)."""
     if dispatch.get("caller_id"):
-        return normalise_caller_id(dispatch["caller_id"])
-    if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
+        given = dispatch["caller_id"]
+        refuse_withheld(given)
+        found = normalise_caller_id(given)
+    elif participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP:
         number = participant.attributes.get("sip.phoneNumber", "")
-        return normalise_phone_number(number)
-    return validate_caller_id(participant.identity)
+        refuse_withheld(number)
+        found = normalise_phone_number(number)
+    else:
+        refuse_withheld(participant.identity)
+        found = identity_caller_id(participant.identity)
+    refuse_withheld(found)
+    return found
 
 
 def caller_or_none(

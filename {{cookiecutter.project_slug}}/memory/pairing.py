@@ -221,6 +221,35 @@ class TurnPairing:
         """Every exchange of the call so far, oldest first."""
         return [t.exchange(self.caller_id, self.call_id) for t in self.turns]
 
+    def drop_before(self, at: float) -> int:
+        """Drop the turns (and replies of none) begun at or before ``at`` (seconds
+        since the epoch: an erasure of the caller made while this call went on);
+        returns how many of the caller's turns went. Later turns stay as they are."""
+        kept = [t for t in self.turns if t.at > at]
+        dropped = len(self.turns) - len(kept)
+        self.turns = kept
+        if self.opening is not None and self.opening.at <= at:
+            self.opening = None
+        self._unpaired = [r for r in self._unpaired if r.at > at]
+        self._by_speech = {s: t for s, t in self._by_speech.items() if t.at > at}
+        return dropped
+
+    def rewrite(self, edit: Callable[[str], str]) -> list[Exchange]:
+        """Apply ``edit`` to every text the call holds (the caller's turns, the
+        replies, the opening: a fact forgotten during the call); returns the
+        exchanges that changed, to be saved again."""
+        changed = []
+        for turn in [*([self.opening] if self.opening else []), *self.turns]:
+            before = (turn.user_text, [r.text for r in turn.replies])
+            turn.user_text = edit(turn.user_text)
+            for r in turn.replies:
+                r.text = edit(r.text)
+            if (turn.user_text, [r.text for r in turn.replies]) != before:
+                changed.append(turn.exchange(self.caller_id, self.call_id))
+        for r in self._unpaired:
+            r.text = edit(r.text)
+        return changed
+
     def clear(self) -> None:
         """Drop what was paired (the caller had this call forgotten); ids stay seen."""
         self.turns.clear()

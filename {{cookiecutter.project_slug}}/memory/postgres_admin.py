@@ -2,7 +2,7 @@
 memory.postgres_store status|sql|upgrade|check|vacuum`` (``main``): the schema's
 version against this code's, the SQL an upgrade would run (or a login role held to
 one tenant), the upgrade itself, whether tenant isolation is in force, and a vacuum
-that reclaims what forget and purge deleted. Synchronous: it runs outside any call.
+that removes from the files what forget and purge deleted. Synchronous: it runs outside any call.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from .errors import InvalidStoreUrlError, SchemaMismatchError
 from .places import project_dir
 from .postgres_schema import (
     COUNTS,
+    MARKS,
     SCHEMA_VERSION,
-    SEARCH_INDEXES,
     TABLES,
     Target,
     one_row,
@@ -46,22 +46,32 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE
     ON {schema}.exchanges, {schema}.facts, {schema}.summaries TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.caller_words, {schema}.caller_sizes TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.erasures TO {role};
 GRANT SELECT ON {schema}.schema_version, {schema}.tenant_roles TO {role};
 INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
     ON CONFLICT (role_name) DO UPDATE SET tenant = excluded.tenant;"""
 
 
+VACUUM_LOCK_TIMEOUT = "5s"
+"""How long ``vacuum`` waits for each table's lock (a worker's transaction holding
+it) before it gives up with an error, instead of queueing every worker behind it."""
+
+
 def vacuum(url: str) -> None:
-    """Reclaim what forget and purge deleted, without blocking the workers: VACUUM
-    the tables, and rebuild the search indexes and the word counts' key, whose pages
-    keep the words of deleted rows (with no link to any row) until they are rebuilt.
-    (A table page keeps a deleted row's bytes until a new row reuses the space.)"""
+    """Remove from the table and index files the bytes of what forget and purge
+    deleted: VACUUM FULL of each table that holds a caller's words (a plain VACUUM
+    only marks a deleted row's space as free, and its bytes stay in the file until a
+    new row happens to reuse it). VACUUM FULL writes each table and its indexes
+    anew and takes the table's ACCESS EXCLUSIVE lock while it does: workers' recalls
+    on that table wait (they go on without memory after their budget) and their
+    saves wait and are retried (see the README's "Privacy and operations" for the
+    time it takes). Waits at most ``VACUUM_LOCK_TIMEOUT`` for each lock; raises
+    psycopg errors (LockNotAvailable when a table stayed busy: run it again)."""
     target = Target(url)
     with target.connect(autocommit=True) as conn:
+        conn.execute(f"SET lock_timeout = '{VACUUM_LOCK_TIMEOUT}'")
         for table in (*TABLES, *COUNTS):
-            conn.execute(f"VACUUM {target.schema}.{table}")
-        for index in (*SEARCH_INDEXES, "caller_words_pkey"):
-            conn.execute(f"REINDEX INDEX CONCURRENTLY {target.schema}.{index}")
+            conn.execute(f"VACUUM FULL {target.schema}.{table}")
 
 
 def isolation_report(url: str) -> list[tuple[bool, str]]:
@@ -80,7 +90,7 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
                 """SELECT count(*) FILTER (WHERE relrowsecurity),
                       coalesce(bool_or(pg_has_role(current_user, relowner, 'USAGE')), false)
                FROM pg_class WHERE relnamespace = to_regnamespace(%s) AND relname = ANY(%s)""",
-                [s, [*TABLES, *COUNTS]],
+                [s, [*TABLES, *COUNTS, *MARKS]],
             ).fetchone()
         )
         bound = remap = None
@@ -109,8 +119,9 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
             f"role {role} does not own the tables (owners bypass row-level security)",
         ),
         (
-            rls_on == len(TABLES) + len(COUNTS),
-            f"row-level security is on for {', '.join((*TABLES, *COUNTS))} in schema {s}",
+            rls_on == len(TABLES) + len(COUNTS) + len(MARKS),
+            f"row-level security is on for {', '.join((*TABLES, *COUNTS, *MARKS))}"
+            f" in schema {s}",
         ),
         (
             bound == tenant,
@@ -167,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if enforced else 1
         if args.command == "vacuum":
             vacuum(url)
-            print(f"{target.where}: vacuumed; the search indexes rebuilt")
+            print(f"{target.where}: vacuumed; the tables and indexes written anew")
             return 0
         with target.connect() as conn:
             found = read_version(conn, target.schema)

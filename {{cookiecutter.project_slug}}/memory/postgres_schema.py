@@ -241,11 +241,45 @@ END $g$;
         f"CREATE POLICY own_tenant ON {{s}}.{t} USING ({_OWN_TENANT}) WITH CHECK ({_OWN_TENANT});\n"
         for t in ("caller_words", "caller_sizes")
     ),
+    # 5: erasures reach live calls in every worker (see PostgresStore.forget):
+    # forgetting a caller records when, and an exchange created before that time is
+    # not saved after it, whichever worker writes it. caller_id '' is every caller
+    # of the tenant: a retention purge of exchanges.
+    """
+CREATE TABLE {s}.erasures (
+    tenant    text NOT NULL,
+    caller_id text NOT NULL,
+    erased_at double precision NOT NULL,  -- seconds since the epoch
+    PRIMARY KEY (tenant, caller_id)
+);
+CREATE FUNCTION {s}.skip_erased() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    IF EXISTS (SELECT 1 FROM {s}.erasures e WHERE e.tenant = NEW.tenant
+               AND e.caller_id IN (NEW.caller_id, '') AND e.erased_at >= NEW.created_at)
+    THEN RETURN NULL; END IF;
+    RETURN NEW;
+END $f$;
+CREATE TRIGGER skip_erased BEFORE INSERT ON {s}.exchanges
+    FOR EACH ROW EXECUTE FUNCTION {s}.skip_erased();
+ALTER TABLE {s}.erasures ENABLE ROW LEVEL SECURITY;
+"""
+    + f"CREATE POLICY own_tenant ON {{s}}.erasures USING ({_OWN_TENANT})"
+    f" WITH CHECK ({_OWN_TENANT});\n"
+    + """
+DO $g$ DECLARE r record; BEGIN
+    FOR r IN SELECT role_name FROM {s}.tenant_roles JOIN pg_roles ON rolname = role_name LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON {s}.erasures TO %I', r.role_name);
+    END LOOP;
+END $g$;
+""",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = ("exchanges", "facts", "summaries")
 COUNTS = ("caller_words", "caller_sizes")
 """Kept by triggers from exchanges: never written or deleted by this code itself."""
+MARKS = ("erasures",)
+"""When each caller was last erased (``PostgresStore.erased_at``): kept by forget and
+purge, never deleted (it holds a caller id and a time, no words)."""
 SEARCH_INDEXES = ("exchanges_search", "exchanges_pairs")
 
 

@@ -124,6 +124,12 @@ QUERIES = {
     " AND kind = %(kind)s AND value = ANY(%(vs)s)",
     "summary": "INSERT INTO {s}.summaries VALUES (%(t)s, %(c)s, %(call)s, %(v)s, %(at)s)"
     " ON CONFLICT (tenant, caller_id, call_id) DO UPDATE SET text = excluded.text",
+    # a data-modifying WITH put before a DELETE, so its row count stays the DELETE's
+    "mark erased": "WITH mark AS (INSERT INTO {s}.erasures VALUES (%(t)s, %(c)s, %(at)s)"
+    " ON CONFLICT (tenant, caller_id) DO UPDATE"
+    " SET erased_at = greatest(erasures.erased_at, excluded.erased_at)) ",
+    "erased at": "SELECT max(erased_at) FROM {s}.erasures WHERE tenant = %(t)s"
+    " AND caller_id IN (%(c)s, '')",
     "callers": "SELECT caller_id FROM {s}.exchanges WHERE tenant = %(t)s"
     " UNION SELECT caller_id FROM {s}.facts WHERE tenant = %(t)s"
     " UNION SELECT caller_id FROM {s}.summaries WHERE tenant = %(t)s",
@@ -231,11 +237,13 @@ class PostgresStore:
             tables, only = ["summaries", "exchanges"], " AND call_id = %(call)s"
         else:
             tables, only = list(TABLES), ""
-        args = {"kind": kind, "call": call_id}
+        args = {"kind": kind, "call": call_id, "at": time.time()}
         where = f"WHERE tenant = %(t)s AND caller_id = %(c)s{only}"
         deletes = [
             (f"DELETE FROM {self.target.schema}.{t} {where}", args) for t in tables
         ]
+        if kind is None and call_id is None:  # in the same transaction: erased_at
+            deletes[0] = (self._sql["mark erased"] + deletes[0][0], args)
         return await self._pool.write(caller_id, deletes, "forgetting", timeout)
 
     async def purge(self, *, before: float, what: str) -> int:
@@ -245,9 +253,15 @@ class PostgresStore:
             )
         column = "updated_at" if what == "facts" else "created_at"
         sql = f"DELETE FROM {self.target.schema}.{what} WHERE tenant = %(t)s AND {column} < %(b)s"
+        if what == "exchanges":  # a live call's older words are not saved after it
+            sql = self._sql["mark erased"] + sql
         return await self._pool.write(
-            "", [(sql, {"b": before})], "a purge", PURGE_TIMEOUT
+            "", [(sql, {"b": before, "at": before})], "a purge", PURGE_TIMEOUT
         )
+
+    async def erased_at(self, caller_id: str) -> float:
+        (row,) = await self._fetch(self._sql["erased at"], {"c": caller_id})
+        return float(row[0] or 0.0)
 
     # -- reads --
 

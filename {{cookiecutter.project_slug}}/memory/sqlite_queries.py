@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 
 from .dates import date_words
 from .facts import Fact, Remembered, matching_facts, reconcile
@@ -151,6 +152,7 @@ def forget(
                 ("summaries", "1", ()),
                 ("exchanges", "1", ()),
             ]
+            mark_erased(conn, caller_id, time.time())
         n = 0
         for table, where, args in deletes:
             if table == "exchanges":  # and their turns, in bulk (FORGET_TURNS)
@@ -180,6 +182,7 @@ def purge(conn: sqlite3.Connection, what: str, before: float) -> int:
         return conn.execute(
             f"DELETE FROM {what} WHERE {column} < ?", (before,)
         ).rowcount
+    mark_erased(conn, "", before)  # a live call's older words are not saved after it
     n = 0
     while True:  # each batch a transaction of its own (autocommit)
         done = conn.execute(
@@ -190,6 +193,18 @@ def purge(conn: sqlite3.Connection, what: str, before: float) -> int:
         n += done
         if done < PURGE_BATCH:
             return n
+
+
+def mark_erased(conn: sqlite3.Connection, caller_id: str, at: float) -> None:
+    """Record that what ``caller_id`` ('' for every caller) said before ``at``
+    (seconds since the epoch) is erased: the ``exchanges_erased`` trigger (schema
+    9) then skips any save of an exchange created before it, and live calls read
+    it (``erased_at``) before they save a summary or extracted facts."""
+    conn.execute(
+        "INSERT INTO erasures (caller_id, erased_at) VALUES (?, ?) ON CONFLICT "
+        "(caller_id) DO UPDATE SET erased_at = max(erased_at, excluded.erased_at)",
+        (caller_id, at),
+    )
 
 
 ERASE_STEP_PAGES = 25
@@ -276,6 +291,13 @@ def recall(
         else ((), ())
     )
     return Recall(facts, summaries, exchanges, sides)
+
+
+def erased_at(conn: sqlite3.Connection, caller_id: str) -> float:
+    row = conn.execute(
+        "SELECT max(erased_at) FROM erasures WHERE caller_id IN (?, '')", (caller_id,)
+    ).fetchone()
+    return float(row[0] or 0.0)
 
 
 def history(conn: sqlite3.Connection, caller_id: str) -> list[Fact]:

@@ -114,9 +114,23 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """,
     # 8: the turn index holds no copy of what it indexes (see _contentless_turns).
     lambda conn: _contentless_turns(conn),
+    # 9: erasures reach live calls in every process (see sqlite_queries.forget):
+    # forgetting a caller records when, and an exchange said before that time is
+    # not saved after it (a live call's late save, a retry), whichever process
+    # writes it. caller_id '' is every caller: a retention purge of exchanges.
+    """
+    CREATE TABLE erasures (
+        caller_id TEXT PRIMARY KEY,
+        erased_at REAL NOT NULL     -- seconds since the epoch
+    );
+    CREATE TRIGGER exchanges_erased BEFORE INSERT ON exchanges
+    WHEN EXISTS (SELECT 1 FROM erasures WHERE caller_id IN (new.caller_id, '')
+                 AND erased_at >= new.created_at)
+    BEGIN SELECT RAISE(IGNORE); END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-TABLES = {"exchanges", "turns_fts", "facts", "summaries", "forgetting"}
+TABLES = {"exchanges", "turns_fts", "facts", "summaries", "forgetting", "erasures"}
 
 
 def migrate(conn: sqlite3.Connection, path: Path) -> int | None:

@@ -373,6 +373,9 @@ class SQLiteStore:
     async def history(self, caller_id: str) -> list[Fact]:
         return await self._query(queries.history, caller_id)
 
+    async def erased_at(self, caller_id: str) -> float:
+        return await self._query(queries.erased_at, caller_id)
+
     async def exchanges(
         self, caller_id: str, *, call_id: str | None = None
     ) -> list[Exchange]:

@@ -74,6 +74,15 @@ class MemoryStore(Protocol):
         deleted."""
         ...
 
+    async def erased_at(self, caller_id: str) -> float:
+        """When the caller's memory was last erased (``forget`` of everything, or a
+        retention purge of exchanges, which counts for every caller), in seconds since
+        the epoch; 0.0 when never. ``forget`` records it and, from then on, ``save``
+        skips an exchange created before it, in every process; a live call reads it
+        (once, at its end) before it saves a summary or extracted facts, so nothing
+        said before an erasure comes back after it (``call.CallMemory``)."""
+        ...
+
     async def history(self, caller_id: str) -> list[Fact]:
         """The values newer ones replaced (``replaced_at`` set), latest replacement
         first: for export and for tests; never in the block."""
@@ -242,6 +251,9 @@ class NoStore:
         timeout: float = WRITE_TIMEOUT,
     ) -> int:
         return 0
+
+    async def erased_at(self, caller_id: str) -> float:
+        return 0.0
 
     async def history(self, caller_id: str) -> list[Fact]:
         return []

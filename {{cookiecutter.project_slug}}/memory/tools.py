@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .block import remembered_sentence
+from .erasure import forget_fact_words
 from .errors import FAIL_OPEN, InvalidFactError
-from .facts import Fact, fact_label, kind_takes_many, normalise_fact
+from .facts import Fact, fact_label, kind_takes_many, matching_facts, normalise_fact
 from .privacy import mask_sensitive
 
 if TYPE_CHECKING:
@@ -36,11 +37,13 @@ async def forget(
     if what not in ("fact", "everything", "this_call"):
         return "Not forgotten: what must be 'fact', 'everything' or 'this_call'."
     gone: str | None = None
+    values: list[str] = []  # the forgotten fact's values, to take out of texts
     if what == "fact":
         try:
             gone = normalise_fact(kind or "", "x")[0]
         except InvalidFactError as exc:
             return f"Not forgotten: {exc}."
+        values = await _values_of(call, gone, value or None)
     else:
         # Stop first, so nothing still to come brings anything back: the writer
         # drops what is no longer pending, and a save already running finishes
@@ -60,10 +63,26 @@ async def forget(
         call.warn("forget", "could not forget: %r", exc)
         return "Forgetting failed; tell the caller it could not be done right now."
     call.recaller.forgotten(gone, value or None, everything=what == "everything")
+    if gone is not None:  # and from the texts that said it (erasure.py)
+        await forget_fact_words(call, gone, value or None, values)
     if what == "fact":
         said = f"{fact_label(gone or '')} = {value}" if value else str(kind)
         return f"Forgotten: {said}." if n else f"Nothing was stored as {said}."
     return "Forgotten, and nothing more from this call will be kept."
+
+
+async def _values_of(call: CallMemory, kind: str, value: str | None) -> list[str]:
+    # Every value of the kind on file (history too), read before the delete; the
+    # value asked for in any case, also when the store could not be read.
+    assert call.caller_id is not None
+    found = [value] if value else []
+    try:
+        held = [*(await call.store.profile(call.caller_id)).facts]
+        held += await call.store.history(call.caller_id)
+    except FAIL_OPEN as exc:
+        call.warn("forget", "could not read the facts to forget: %r", exc)
+        return found
+    return found + [f.value for f in matching_facts(held, kind, value)]
 
 
 async def remember(

@@ -38,6 +38,7 @@ class InMemoryStore:
             str, list[memory.Fact]
         ] = {}  # caller id -> values, history too
         self._summaries: dict[tuple[str, str], memory.Summary] = {}
+        self._erased: dict[str, float] = {}  # caller id ('' every caller) -> when
         self.closed = False
 
     def _check(self) -> None:
@@ -46,7 +47,12 @@ class InMemoryStore:
 
     async def save(self, exchange: memory.Exchange) -> None:
         self._check()
-        self._exchanges[exchange.key] = exchange
+        if exchange.created_at > await self.erased_at(exchange.caller_id):
+            self._exchanges[exchange.key] = exchange
+
+    async def erased_at(self, caller_id: str) -> float:
+        self._check()
+        return max(self._erased.get(caller_id, 0.0), self._erased.get("", 0.0))
 
     async def remember(
         self,
@@ -98,6 +104,8 @@ class InMemoryStore:
         summaries = [k for k in self._summaries if k[0] == caller_id]
         summaries = [k for k in summaries if call_id is None or k[1] == call_id]
         facts = self._facts.pop(caller_id, []) if call_id is None else []
+        if call_id is None:
+            self._erased[caller_id] = time.time()
         for k in gone:
             del self._exchanges[k]
         for s in summaries:
@@ -182,6 +190,8 @@ class InMemoryStore:
             "summaries": self._summaries,
         }
         table = tables[what]
+        if what == "exchanges":
+            self._erased[""] = max(self._erased.get("", 0.0), before)
         old = [k for k, v in table.items() if v.created_at < before]
         for k in old:
             del table[k]

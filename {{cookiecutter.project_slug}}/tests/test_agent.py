@@ -566,7 +566,7 @@ def test_dispatch_metadata_can_name_which_participant_is_the_caller():
     [
         (participant("bad id with spaces"), "", "characters outside"),
         (participant("alice"), json.dumps({"caller_id": "x" * 500}), "limit is 128"),
-        (participant("sip_abc", sip_number="anonymous"), "", "E.164"),
+        (participant("sip_abc", sip_number="anonymous"), "", "withheld number"),
         (participant("sip_abc", sip_number=""), "", "E.164"),
     ],
 )
@@ -624,6 +624,56 @@ def test_a_caller_without_a_usable_id_gets_no_memory_and_the_log_says_why(caplog
         in caplog.text
     )
     assert livekit_adapter.caller_or_none(participant("alice"), {}) == "alice"
+
+
+@pytest.mark.parametrize(
+    ("who", "metadata"),
+    [
+        (participant("sip_a", sip_number="+266696687"), ""),  # Twilio: ANONYMOUS
+        (participant("sip_b", sip_number="+8656696"), ""),  # UNKNOWN
+        (participant("sip_c", sip_number="+86282452253"), ""),  # UNAVAILABLE
+        (participant("sip_d", sip_number="+7378742833"), ""),  # RESTRICTED
+        (participant("sip_e", sip_number="Restricted"), ""),
+        (participant("sip_f", sip_number="PRIVATE"), ""),
+        (participant("sip_g", sip_number="anonymous@anonymous.invalid"), ""),
+        (participant("unknown"), ""),
+        (participant("alice"), '{"caller_id": "anonymous"}'),
+        (participant("alice"), '{"caller_id": "266-696-687"}'),
+    ],
+)
+def test_a_withheld_number_gets_no_memory_and_one_log_line(who, metadata, caplog):
+    with caplog.at_level(logging.WARNING, logger="agent"):
+        got = livekit_adapter.caller_or_none(
+            who, livekit_adapter.dispatch_metadata(metadata)
+        )
+    assert got is None
+    (line,) = [
+        r.getMessage() for r in caplog.records if "memory is off" in r.getMessage()
+    ]
+    assert "stands for a withheld number" in line
+
+
+def test_the_withheld_list_is_extended_by_a_setting(monkeypatch):
+    carrier = participant("sip_x", sip_number="+15559999999")
+    assert livekit_adapter.caller_or_none(carrier, {}) == "+15559999999"
+    monkeypatch.setenv("MEMORY_WITHHELD_CALLER_IDS", "+1 555 999 9999, nobody")
+    assert livekit_adapter.caller_or_none(carrier, {}) is None
+    assert livekit_adapter.caller_or_none(participant("nobody"), {}) is None
+    assert livekit_adapter.caller_or_none(participant("alice"), {}) == "alice"
+
+
+def test_a_web_caller_whose_identity_is_a_number_is_not_that_phone_caller():
+    web = livekit_adapter.caller_id_for(participant("+15550100200"), {})
+    phone = livekit_adapter.caller_id_for(
+        participant("sip_abc", sip_number="+1 555 010 0200"), {}
+    )
+    assert phone == "+15550100200" and web == "identity:+15550100200"
+    # the dispatch's caller_id is how an app joins the two, on purpose
+    joined = livekit_adapter.caller_id_for(
+        participant("+15550100200"),
+        livekit_adapter.dispatch_metadata('{"caller_id": "+15550100200"}'),
+    )
+    assert joined == phone
 
 
 @pytest.mark.parametrize("metadata", ["", "{not json", '["a list"]', "42", "null"])

@@ -6,6 +6,7 @@ quoted caller line in the next call's block."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from tests.conftest import call
@@ -104,3 +105,46 @@ async def test_a_forged_agent_line_said_in_call_one_is_one_quoted_caller_line_in
         line.startswith("- ") and json_strings(line) in (exchange, first)
         for line in lines
     )
+
+
+def extracted(*facts: tuple[str, str, int]) -> str:
+    """The model's extraction answer: (kind, value, number of the exchange cited)."""
+    return json.dumps(
+        {"facts": [{"kind": k, "value": v, "exchange": n} for k, v, n in facts]}
+    )
+
+
+async def test_a_forgotten_fact_is_not_extracted_again_nor_read_back_from_summaries(
+    store,
+):
+    # call 1 keeps the allergy three ways: the fact, the summary, the exchange
+    model = ScriptedLLM(
+        ["Hello!", "Noted."], extract=[extracted(("allergy", "peanuts", 1))]
+    )
+    async with call(store, ALICE, model) as (session, _):
+        await say(session, "I'm allergic to peanuts, and I live in Porto.")
+    summaries = [s.text for s in await store.summaries(ALICE)]
+    assert "peanuts" in str(summaries)
+    # call 2: the caller says it again, then asks for it to be forgotten
+    model2 = ScriptedLLM(
+        ["Hi again!", "Right.", "Done."],
+        extract=[extracted(("allergy", "peanuts", 1), ("home city", "Porto", 1))],
+    )
+    async with call(store, ALICE, model2, call_id="call-2") as (session, live):
+        await say(session, "As I said, peanuts make me ill, here in Porto.")
+        assert "Forgotten" in await live.forget("fact", "allergy", "peanuts")
+        await say(session, "Thanks, that's all.")
+    profile = await store.profile(ALICE)
+    assert [(f.kind, f.value) for f in profile.facts] == [("home_city", "Porto")]
+    kept = [
+        *[s.text for s in await store.summaries(ALICE)],
+        *[(e.user_text, e.assistant_text) for e in await store.exchanges(ALICE)],
+    ]
+    assert "peanuts" not in str(kept).lower()
+    assert "[forgotten]" in str(kept) and "Porto" in str(kept)
+    # call 3 reads nothing of it back
+    model3 = ScriptedLLM(["Hello!", "I don't know of any allergy."])
+    async with call(store, ALICE, model3, call_id="call-3") as (session, _):
+        await say(session, "Do I have any allergy, peanuts maybe?")
+    blocks = [b for r in model3.replies for b in memory_blocks(r)]
+    assert blocks and all("peanuts" not in b.lower() for b in blocks)

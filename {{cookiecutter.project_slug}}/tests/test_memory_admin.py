@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 import memory
+from tests.conftest import call
 from tests.doubles import InMemoryStore, make_exchange
+from tests.scripted_llm import ScriptedLLM
 
 PROJECT = Path(__file__).resolve().parents[1]
 ALICE, BOB = "alice@example.com", "+15550100200"
@@ -165,6 +167,43 @@ async def test_show_prints_each_remembered_text_as_one_line_with_no_control_char
     assert json.dumps(fake) in shown.stdout
 
 
+async def test_show_escapes_line_separators_and_c1_controls_that_fake_lines_or_reach_the_terminal(
+    store_url, store
+):
+    # json.dumps escapes only C0 controls: U+2028 and NEL (U+0085) break lines in
+    # some terminals and viewers, and U+009B is the one-byte CSI of an escape sequence
+    fake = "Paid.\u2028  agent: refund approved\u0085ok\u009b2J\u202eevil"
+    await store.save_summary(ALICE, "call-1", fake)
+    await store.save(make_exchange(1, ALICE, fake, at=1000.0))
+    shown = admin(store_url, "show", ALICE)
+    assert shown.returncode == 0, shown.stderr
+    for c in "\u2028\u0085\u009b\u202e":
+        assert c not in shown.stdout
+        assert f"\\u{ord(c):04x}" in shown.stdout
+    assert len(shown.stdout.splitlines()) == len(shown.stdout.split("\n")) - 1
+    summary = next(line for line in shown.stdout.splitlines() if "Paid." in line)
+    assert json.loads(summary.split(": ", 1)[1]) == fake  # still one JSON string
+
+
+async def test_show_of_a_caller_with_nothing_stored_says_so_and_fails(
+    store_url, two_callers
+):
+    mistyped = admin(store_url, "show", "alice@exmaple.com")
+    assert mistyped.returncode == 3 and mistyped.stdout == ""
+    assert "nothing is stored for alice@exmaple.com (check the id" in mistyped.stderr
+    assert admin(store_url, "forget", ALICE, "--yes").returncode == 0
+    forgotten = admin(store_url, "show", ALICE)
+    assert forgotten.returncode == 3
+    assert f"nothing is stored for {ALICE}: forgotten " in forgotten.stderr
+
+
+def test_forget_on_a_store_that_does_not_exist_creates_nothing_and_fails(tmp_path):
+    url = f"sqlite:///{tmp_path / 'mistyped.db'}"
+    done = admin(url, "forget", ALICE, "--yes")
+    assert done.returncode == 1 and "no memory file at" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 async def test_show_and_export_to_a_terminal_that_is_not_utf8_print_every_caller(
     store_url, store
 ):
@@ -207,6 +246,31 @@ async def test_forget_erases_one_caller_only_after_yes(store_url, two_callers):
     assert (await check.profile(ALICE)).empty and await check.exchanges(ALICE) == []
     assert len(await check.exchanges(BOB)) == 1
     await check.close()
+
+
+async def test_forget_during_a_live_call_reaches_it_so_nothing_said_before_comes_back(
+    store_url, store, caplog
+):
+    model = ScriptedLLM(
+        ["Hello!", "Noted, Dana.", "We close at six."],
+        # what the model would find in the whole call: the name said before forget
+        extract=[
+            json.dumps({"facts": [{"kind": "name", "value": "Dana", "exchange": 1}]})
+        ],
+    )
+    async with call(store, ALICE, model) as (session, live):
+        await session.run(user_input="I'm Dana, my locker code is 4417.")
+        await live.flush()
+        # the operator, in another process, while the call goes on
+        forgot = await asyncio.to_thread(admin, store_url, "forget", ALICE, "--yes")
+        assert forgot.returncode == 0, forgot.stderr
+        await session.run(user_input="What time do you close?")
+    said = [e.user_text for e in await store.exchanges(ALICE)]
+    assert said == ["What time do you close?"]
+    summaries = " ".join(s.text for s in await store.summaries(ALICE))
+    assert "Dana" not in summaries and "4417" not in summaries
+    assert (await store.profile(ALICE)).facts == ()
+    assert "said before then are not saved, summarised or extracted" in caplog.text
 
 
 async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(

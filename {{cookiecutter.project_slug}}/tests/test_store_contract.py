@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -316,6 +317,24 @@ async def test_forgetting_everything_leaves_nothing_to_recall_and_other_callers_
     assert [
         e.user_text for e in (await any_store.recall(BOB, "pineapple")).exchanges
     ] == ["bob likes pineapple too"]
+
+
+async def test_an_exchange_said_before_its_caller_was_forgotten_is_not_saved_after_it(
+    any_store,
+):
+    said = time.time() - 5  # a live call's turn, its save still pending
+    assert await any_store.erased_at(ALICE) == 0.0
+    await any_store.forget(ALICE)
+    erased = await any_store.erased_at(ALICE)
+    assert said < erased <= time.time()
+    await any_store.save(make_exchange(1, text="my locker code is 4417", at=said))
+    await any_store.save(make_exchange(2, caller=BOB, text="bob's turn", at=said))
+    await any_store.save(make_exchange(3, text="what time do you close", at=erased + 1))
+    assert [e.user_text for e in await any_store.exchanges(ALICE)] == [
+        "what time do you close"
+    ]
+    assert len(await any_store.exchanges(BOB)) == 1
+    assert await any_store.erased_at(BOB) == 0.0
 
 
 async def test_a_store_reopened_from_its_url_keeps_what_it_holds(store_url):

@@ -1019,18 +1019,23 @@ def test_an_operators_read_of_a_file_that_is_not_there_is_refused_and_creates_no
     assert not typo.parent.exists()  # neither the file nor its folder
 
 
-def test_a_write_may_still_create_the_file(tmp_path):
+def test_no_write_of_the_operator_command_creates_the_file_either(tmp_path):
+    # forget "done" in a new empty file erased nothing: it reported success
     new = tmp_path / "new" / "memory.db"
-    done = subprocess.run(
-        [sys.executable, "memory_admin.py", "forget", ALICE, "--yes"],
-        cwd=PROJECT,
-        env={**os.environ, "MEMORY_URL": f"sqlite:///{new}"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert new.is_file()
+    for command in (
+        ["forget", ALICE, "--yes"],
+        ["purge", "--what", "exchanges", "--older-than-days", "1"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "memory_admin.py", *command],
+            cwd=PROJECT,
+            env={**os.environ, "MEMORY_URL": f"sqlite:///{new}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1 and str(new) in done.stderr, done.stderr
+    assert not new.parent.exists()
 
 
 async def test_the_end_of_call_line_counts_what_went_with_a_deleted_file_as_lost(
