@@ -701,11 +701,11 @@ class Bench:
             out.update(self.item_turns.get(item_id, []))
         return out
 
-    def exchange_line(self, e: Any, side: str = "both") -> str:
-        """The block line of one exchange showing ``side`` (Recall.sides), rendered by
-        the generated format_block."""
+    def exchange_line(self, e: Any, side: str = "both", query: str = "") -> str:
+        """The block line of one exchange showing ``side`` (Recall.sides) for
+        ``query``, rendered by the generated format_block."""
         return self.memory.format_block(
-            self.memory.Recall(exchanges=(e,), sides=(side,)), max_chars=10**9
+            self.memory.Recall(exchanges=(e,), sides=(side,)), max_chars=10**9, query=query
         ).splitlines()[-1]
 
     async def ask(
@@ -792,7 +792,7 @@ class Bench:
                 shown = [
                     (e, side, line)
                     for e, side in zip(top.exchanges, sides, strict=True)
-                    if (line := self.exchange_line(e, side)) in lines
+                    if (line := self.exchange_line(e, side, q)) in lines
                 ]
                 in_block_ids: set[str] = set()
                 for e, side, _ in shown:

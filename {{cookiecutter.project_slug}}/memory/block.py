@@ -24,7 +24,7 @@ from .limits import (
 )
 from .records import Exchange, Recall
 from .text import clip, quoted
-from .words import query_words, relevance
+from .words import matched_spans, query_words, relevance
 
 NOTHING_KNOWN = (
     "Nothing is known about this caller from earlier calls. If they ask what you "
@@ -162,7 +162,7 @@ def format_block(
     sides = recall.sides or ("both",) * len(recall.exchanges)
     said: set[str] = set()  # the words of lines shown, without their dates
     for e, side in zip(recall.exchanges, sides, strict=True):
-        words = _exchange_words(e, side)
+        words = _exchange_words(e, side, asked)
         line = f"- {local_date(e.created_at, zone)} {words}"
         if len(line) + 1 > room:  # (before the word matching below, which costs more)
             continue
@@ -255,13 +255,66 @@ def shown_sides(e: Exchange, side: str = "both") -> tuple[bool, bool]:
     return caller, bool(e.assistant_text) and (side != "caller" or not e.user_text)
 
 
-def _exchange_words(e: Exchange, side: str = "both") -> str:
+SNIPPET_SCAN_CHARS = 8 * TURN_CHARS
+"""How far into a long turn ``snippet`` looks for the query's words (characters);
+past it a turn is shown as clipped at its start would show it."""
+
+
+def snippet(text: str, asked: list[str], limit: int = TURN_CHARS) -> str:
+    """``text`` as an exchange line shows it: whole when it fits in ``limit``
+    characters, else the ``limit`` characters around the query's words
+    (``matched_spans``), as SQLite FTS5's ``snippet()`` shows a match: the stretch
+    holding the most distinct query words, centred on them, cut at words, with "…"
+    where text was left out. Without a match (or when the start holds as many) it is
+    clipped at its end, as ``clip`` does. Linear in the first ``SNIPPET_SCAN_CHARS``."""
+    text = " ".join(text[:SNIPPET_SCAN_CHARS].split())
+    if len(text) <= limit:
+        return text
+    width = limit - 2  # room for a "…" at each end
+    spans = matched_spans(asked, text)
+    best, best_at = _distinct(spans, 0, limit - 1), (0, limit - 1)
+    j = 0
+    for i, (start, _, _) in enumerate(spans):
+        j = max(j, i)
+        while j + 1 < len(spans) and spans[j + 1][1] - start <= width:
+            j += 1
+        found = len({k for *_, k in spans[i : j + 1]})
+        if found > best:
+            slack = width - (spans[j][1] - start)
+            lo = max(0, min(start - slack // 2, len(text) - width))
+            best, best_at = found, (lo, lo + width)
+    lo, hi = best_at
+    if lo == 0:
+        return clip(text, limit, at_word=True)
+    if hi >= len(text):
+        lo, hi = len(text) - (limit - 1), len(text)
+    shown = text[lo:hi]
+    if lo > 0 and _inside_word(text, lo) and " " in shown[: len(shown) // 4]:
+        shown = shown[shown.index(" ") + 1 :]  # start at a word
+    if hi < len(text) and _inside_word(text, hi) and " " in shown[-len(shown) // 4 :]:
+        shown = shown[: shown.rindex(" ")]  # end at a word
+    return (
+        ("…" if lo > 0 else "") + shown.strip(" ,;:-") + ("…" if hi < len(text) else "")
+    )
+
+
+def _inside_word(text: str, at: int) -> bool:
+    # a cut at ``at`` splits a word
+    return text[at - 1].isalnum() and text[at].isalnum()
+
+
+def _distinct(spans: list[tuple[int, int, int]], lo: int, hi: int) -> int:
+    return len({k for start, end, k in spans if start >= lo and end <= hi})
+
+
+def _exchange_words(e: Exchange, side: str = "both", asked: Sequence[str] = ()) -> str:
     caller, reply = shown_sides(e, side)
     parts = []
+    words = list(asked)
     if caller:
-        parts.append(f"caller: {quoted(e.user_text, TURN_CHARS)}")
+        parts.append(f"caller: {quoted(snippet(e.user_text, words), TURN_CHARS)}")
     if reply:
-        parts.append(f"you: {quoted(e.assistant_text, TURN_CHARS)}")
+        parts.append(f"you: {quoted(snippet(e.assistant_text, words), TURN_CHARS)}")
         if e.interrupted:
             parts[-1] += " (cut off)"
     return " / ".join(parts)

@@ -128,6 +128,38 @@ def relevance(asked: list[str], text: str) -> int:
     return found
 
 
+def matched_spans(asked: list[str], text: str) -> list[tuple[int, int, int]]:
+    """Where ``text`` says the query's words (``query_words``): ``(start, end, i)``
+    character offsets of each word of ``text`` that matches ``asked[i]`` by the rule
+    of ``relevance``, in order. Words of the scripts searched by pairs are not
+    placed (their matches are not words), nor is text whose lower-case form has
+    another length (a rare letter such as "İ"): both give []. Linear in the text."""
+    lowered = text.lower()
+    if not asked or len(lowered) != len(text):
+        return []
+    roots = [stem(w) for w in asked]
+    heads = {w[:3] for w in asked} | {r[:3] for r in roots}
+    starts = {
+        x[:5]: i
+        for i, (w, r) in enumerate(zip(asked, roots, strict=True))
+        for x in (r, w)
+        if len(x) >= 5
+    }
+    where = {r: i for i, r in reversed(list(enumerate(roots)))}
+    spans = []
+    for m in _WORD_RE.finditer(lowered):
+        word = m.group()
+        if word[:3] not in heads or _DENSE_RE.match(word):
+            continue
+        root = stem(word)
+        i = where.get(root)
+        if i is None and len(word) >= 5:
+            i = starts.get(word[:5], starts.get(root[:5]) if len(root) >= 5 else None)
+        if i is not None:
+            spans.append((m.start(), m.end(), i))
+    return spans
+
+
 _PORTER = snowballstemmer.stemmer("porter")
 MAX_STEMMED_CHARS = 40
 """Longer "words" (a pasted token, a run of letters) are kept as they are: no word of

@@ -132,6 +132,26 @@ def test_a_long_line_never_hides_a_shorter_one_ranked_after_it():
     assert len(block) <= 1200
 
 
+def test_a_long_turn_is_shown_around_the_words_that_matched_the_question():
+    said = (
+        "We talked about the weather and the traffic on the ring road. " * 6
+        + "My sister finally moved to Porto in June, near the river. "
+        + "Then more about the traffic and the roadworks. " * 4
+    )
+    block = memory.format_block(
+        memory.Recall(exchanges=(exchange(1, text=said),)),
+        query="Where did my sister move?",
+    )
+    line = next(line for line in block.splitlines() if "caller:" in line)
+    assert "My sister finally moved to Porto in June, near the river." in line
+    assert 'caller: "…' in line and '…" / you: "ok"' in line  # both ends left out
+    assert len(line) < len(said)
+    # without the question, a long turn is still shown from its start
+    block = memory.format_block(memory.Recall(exchanges=(exchange(1, text=said),)))
+    assert 'caller: "We talked about the weather' in block
+    assert "Porto" not in block
+
+
 def test_a_cap_too_small_for_the_block_is_refused():
     with pytest.raises(ValueError, match="smallest block cap is 400"):
         memory.format_block(memory.Recall(), max_chars=399)
