@@ -146,15 +146,19 @@ def format_block(
         STYLE_TITLE,
         max_chars // 4,
     )
-    facts = take(
-        [
-            _fact_line(f, zone)
-            for f in recall.facts
-            if not f.kind.startswith(STYLE_PREFIX)
-        ],
-        "Facts the caller gave:",
-        max_chars // 2,
-    )
+    # Facts the question is about take full lines first; the rest of the profile
+    # keeps at least a line of its kinds (room kept before the exchanges) and after
+    # them gets the best form the room left allows: full lines, kinds and values, or
+    # kinds only. With no question (the greeting), the whole profile is "about" it.
+    profile = [f for f in recall.facts if not f.kind.startswith(STYLE_PREFIX)]
+    about = [f for f in profile if not asked or relevance(asked, _fact_text(f))]
+    rest = [f for f in profile if f not in about]
+    facts = take([_fact_line(f, zone) for f in about], FACTS_TITLE, max_chars // 2)
+    kinds = _kinds_line(rest, max_chars // 5)
+    kept = len(kinds) + 1 + (0 if facts else len(FACTS_TITLE) + 1) if rest else 0
+    if kept > room:
+        kept = 0
+    room -= kept
     # Exchanges take room by rank; those found only through the agent's reply are
     # listed under a heading of their own (an empty section costs nothing).
     sections: dict[bool, list[str]] = {False: [], True: []}
@@ -180,6 +184,20 @@ def format_block(
     exchanges, agent_claims = (
         [titles[k], *sections[k]] if sections[k] else [] for k in (False, True)
     )
+    room += kept
+    if kept:
+        title = [] if facts else [FACTS_TITLE]
+        used = sum(len(line) + 1 for line in facts)
+        for option in (
+            [_fact_line(f, zone) for f in rest],
+            [_values_line(rest, max_chars // 3)],
+            [kinds],
+        ):
+            cost = sum(len(line) + 1 for line in [*title, *option])
+            if (cost <= room and used + cost <= max_chars // 2) or option == [kinds]:
+                facts = [*title, *facts, *option]
+                room -= cost
+                break
     summaries = take(
         [
             f"- {local_date(s.created_at, zone)}: {quoted(s.text, 300)}"
@@ -192,6 +210,40 @@ def format_block(
     if partial:
         lines.append(MEMORY_UNAVAILABLE)
     return "\n".join([*lines, *clock])
+
+
+FACTS_TITLE = "Facts the caller gave:"
+ALSO_ON_FILE = "- also on file: "
+KINDS_ON_FILE = "- also on file (values not shown here): "
+
+
+def _fact_text(f: Fact) -> str:
+    return f"{fact_label(f.kind)} {f.value}"
+
+
+def _kinds_line(facts: Sequence[Fact], limit: int) -> str:
+    # the kinds of facts not shown, each once, as many as fit in ``limit``
+    labels = dict.fromkeys(clip(fact_label(f.kind), MAX_FACT_KIND_CHARS) for f in facts)
+    return _joined(KINDS_ON_FILE, list(labels), ", ", limit)
+
+
+def _values_line(facts: Sequence[Fact], limit: int) -> str:
+    # one compact line of kinds and values, each value quoted and clipped short
+    items = [
+        f"{clip(fact_label(f.kind), MAX_FACT_KIND_CHARS)} {quoted(f.value, 40)}"
+        for f in facts
+    ]
+    return _joined(ALSO_ON_FILE, items, "; ", limit)
+
+
+def _joined(head: str, items: list[str], sep: str, limit: int) -> str:
+    line = head
+    for n, item in enumerate(items):
+        more = "" if n == len(items) - 1 else sep + "…"
+        if len(line) + len(item) + len(more) > limit and n:
+            return line + "…"
+        line += item + ("" if n == len(items) - 1 else sep)
+    return line
 
 
 def _by_relevance(
