@@ -12,6 +12,7 @@ import functools
 import itertools
 import re
 import unicodedata
+from collections.abc import Sequence
 
 import snowballstemmer  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
@@ -158,6 +159,41 @@ def matched_spans(asked: list[str], text: str) -> list[tuple[int, int, int]]:
         if i is not None:
             spans.append((m.start(), m.end(), i))
     return spans
+
+
+FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
+SECOND_PERSON = frozenset({"you", "your", "yours", "yourself"})
+# Ways of asking that name the agent or the caller without being about them: "do
+# you remember what I said", "can you tell me", "did I tell you", "remind me".
+_ASIDES = re.compile(
+    r"\b(?:(?:do|did|can|could|would|will|have)\s+you\s+(?:still\s+)?"
+    r"(?:remember|recall|know|tell|think|say|mind)(?:\s+me)?|"
+    r"you\s+(?:remember|know|recall)|"
+    r"(?:tell|told|remind|ask|asked|show)\s+(?:me|you))\b",
+    re.IGNORECASE,
+)
+MAX_ABOUT_CHARS = 2000
+"""How much of what the caller said ``whose_turns`` reads (characters)."""
+
+
+def whose_turns(
+    text: str, caller_names: Sequence[str] = (), agent_names: Sequence[str] = ()
+) -> str | None:
+    """Whose words the caller's ``text`` asks about: "caller" when it speaks of the
+    caller only (I, me, my, or one of ``caller_names``, e.g. their name fact),
+    "reply" when of the agent only (you, your, or one of ``agent_names``), else None
+    (both, neither, or words of another language: English pronouns only). Asides
+    that name someone without being about them ("do you remember", "tell me") are
+    left out first. Names are compared as search words."""
+    said = _ASIDES.sub(" ", text[:MAX_ABOUT_CHARS])
+    words = set(search_words(said))
+    named = {w for n in caller_names for w in search_words(n) if len(w) > 1}
+    agent = {w for n in agent_names for w in search_words(n) if len(w) > 1}
+    caller = bool(words & FIRST_PERSON or words & (named - agent))
+    other = bool(words & SECOND_PERSON or words & (agent - named))
+    if caller == other:
+        return None
+    return "caller" if caller else "reply"
 
 
 _PORTER = snowballstemmer.stemmer("porter")

@@ -192,6 +192,23 @@ def test_the_greeting_block_shows_the_whole_profile():
     assert all(f'- detail {n}: "value number {n}' in block for n in range(12))
 
 
+@pytest.mark.parametrize(
+    ("said", "about"),
+    [
+        ("What did I research?", "caller"),
+        ("When did you paint a sunrise?", "reply"),
+        ("Do you remember what I told you about my trip?", "caller"),
+        ("Can you tell me what you said about the boat?", "reply"),
+        ("What did we talk about?", None),
+        ("What advice did you give me?", None),
+        ("What did Caroline research?", "caller"),  # her name fact
+        ("Qu'est-ce que j'ai dit ?", None),  # English pronouns only
+    ],
+)
+def test_a_question_says_whose_words_it_is_about(said, about):
+    assert memory.words.whose_turns(said, ["Caroline Smith"]) == about
+
+
 def test_a_cap_too_small_for_the_block_is_refused():
     with pytest.raises(ValueError, match="smallest block cap is 400"):
         memory.format_block(memory.Recall(), max_chars=399)
