@@ -176,21 +176,19 @@ MAX_ABOUT_CHARS = 2000
 """How much of what the caller said ``whose_turns`` reads (characters)."""
 
 
-def whose_turns(
-    text: str, caller_names: Sequence[str] = (), agent_names: Sequence[str] = ()
-) -> str | None:
+def whose_turns(text: str, caller_names: Sequence[str] = ()) -> str | None:
     """Whose words the caller's ``text`` asks about: "caller" when it speaks of the
-    caller only (I, me, my, or one of ``caller_names``, e.g. their name fact),
-    "reply" when of the agent only (you, your, or one of ``agent_names``), else None
-    (both, neither, or words of another language: English pronouns only). Asides
-    that name someone without being about them ("do you remember", "tell me") are
-    left out first. Names are compared as search words."""
+    caller only (I, me, my, or a word of ``caller_names``, e.g. their name fact),
+    "reply" when of the agent only (you, your), else None (both, neither, or words
+    of another language: English pronouns only). Asides that name someone without
+    being about them ("do you remember", "tell me") are left out first. Names are
+    compared as search words. (The agent has no name of its own in this kit:
+    AGENT_NAME is LiveKit's dispatch name.)"""
     said = _ASIDES.sub(" ", text[:MAX_ABOUT_CHARS])
     words = set(search_words(said))
     named = {w for n in caller_names for w in search_words(n) if len(w) > 1}
-    agent = {w for n in agent_names for w in search_words(n) if len(w) > 1}
-    caller = bool(words & FIRST_PERSON or words & (named - agent))
-    other = bool(words & SECOND_PERSON or words & (agent - named))
+    caller = bool(words & FIRST_PERSON or words & named)
+    other = bool(words & SECOND_PERSON)
     if caller == other:
         return None
     return "caller" if caller else "reply"
