@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import logging
@@ -438,6 +439,14 @@ _OBJECT_BEFORE = re.compile(
 )
 
 
+PRONOUNS = (("I", "me", "my", "myself"), ("you", "you", "your", "yourself"))
+"""Subject, object, possessive, reflexive: the caller's (0) and the agent's (1)."""
+_HER_POSSESSIVE = re.compile(
+    r"\bher(?=\s+[a-z])"
+    r"(?!\s+(?:to|with|for|about|and|in|on|at|when|after|before|if|that|the|a|an)\b)"
+)
+
+
 def in_callers_voice(question: str, caller: str, agent: str) -> str:
     """``question`` as the caller would ask it (benchmarks/README.md, "Questions in the
     caller's voice"): the caller's name becomes I / me / my, the agent's you / your,
@@ -449,38 +458,41 @@ def in_callers_voice(question: str, caller: str, agent: str) -> str:
     for a, b in ((caller, agent), (agent, caller)):
         q = re.sub(rf"\b{a} and {b}'s\b", "our", q)
         q = re.sub(rf"\b{a} and {b}\b", "we", q)
-    q = re.sub(r"\b(\w+) we\b", lambda m: m.group(0) if not _OBJECT_BEFORE.search(m.group(1) + " ") else f"{m.group(1)} us", q)  # noqa: E501
+    q = re.sub(r"\b(\w+) we\b", _we_or_us, q)
     names = [(n, i) for i, n in enumerate((caller, agent)) if re.search(rf"\b{n}\b", q)]
     for name, who in names:
-        mine = ("my", "your")[who]
+        subject, _, mine, _ = PRONOUNS[who]
         q = re.sub(rf"\b{name}'s?(?=\W)", mine, q)
         for aux, forms in _AUX.items():
-            pron = ("I", "you")[who]
-            q = re.sub(rf"\b{aux.capitalize()} {name}\b", f"{forms[who].capitalize()} {pron}", q)
-            q = re.sub(rf"\b{aux} {name}\b", f"{forms[who]} {pron}", q)
-            q = re.sub(rf"\b{name} {aux}\b", f"{pron} {forms[who]}", q)
-
-        def pronoun(m: re.Match[str], who: int = who) -> str:
-            before = q[: m.start()]
-            if _OBJECT_BEFORE.search(before):
-                return ("me", "you")[who]
-            return ("I", "you")[who]
-
-        q = re.sub(rf"\b{name}\b", pronoun, q)
+            q = re.sub(rf"\b{aux.capitalize()} {name}\b", f"{forms[who].capitalize()} {subject}", q)
+            q = re.sub(rf"\b{aux} {name}\b", f"{forms[who]} {subject}", q)
+            q = re.sub(rf"\b{name} {aux}\b", f"{subject} {forms[who]}", q)
+        q = re.sub(rf"\b{name}\b", functools.partial(_subject_or_object, who=who), q)
     if len(names) == 1:
-        who = names[0][1]
-        subj, obj, poss, refl = (("I", "me", "my", "myself"), ("you", "you", "your", "yourself"))[who]
-        q = re.sub(r"\b(she|he)\b", subj, q)
-        q = re.sub(r"\b(She|He)\b", subj.capitalize(), q)
-        q = re.sub(r"\b(herself|himself)\b", refl, q)
-        q = re.sub(r"\bhis\b", poss, q)
-        q = re.sub(r"\bher(?=\s+[a-z])(?!\s+(?:to|with|for|about|and|in|on|at|when|after|before|if|that|the|a|an)\b)", poss, q)  # noqa: E501
+        subject, obj, mine, self_ = PRONOUNS[names[0][1]]
+        q = re.sub(r"\b(she|he)\b", subject, q)
+        q = re.sub(r"\b(She|He)\b", subject.capitalize(), q)
+        q = re.sub(r"\b(herself|himself)\b", self_, q)
+        q = re.sub(r"\bhis\b", mine, q)
+        q = _HER_POSSESSIVE.sub(mine, q)
         q = re.sub(r"\bher\b", obj, q)
         q = re.sub(r"\bhim\b", obj, q)
     for pron, who in (("I", 0), ("you", 1)):  # "she is" became "I is"
         for aux, forms in _AUX.items():
             q = re.sub(rf"\b{pron} {aux}\b", f"{pron} {forms[who]}", q)
     return q
+
+
+def _we_or_us(m: re.Match[str]) -> str:
+    # "we" after a preposition or an object-taking verb is "us"
+    word = m.group(1)
+    return f"{word} us" if _OBJECT_BEFORE.search(word + " ") else m.group(0)
+
+
+def _subject_or_object(m: re.Match[str], who: int) -> str:
+    # a name after a preposition or an object-taking verb is "me" / "you"
+    before = m.string[: m.start()]
+    return PRONOUNS[who][1] if _OBJECT_BEFORE.search(before) else PRONOUNS[who][0]
 
 
 def ranking_table(scores: Scores, names: list[str]) -> dict[str, dict[str, float]]:
@@ -811,9 +823,7 @@ class Bench:
                 t = time.perf_counter()
                 rblock = await self.recency_block(store, caller_id)
                 rec["recency_build_ms"] = round((time.perf_counter() - t) * 1000, 4)
-                rec["found_in_recency_block"] = [
-                    d for d in ev if found_in_block(c, d, rblock, q)
-                ]
+                rec["found_in_recency_block"] = [d for d in ev if found_in_block(c, d, rblock, q)]
                 questions.append(rec)
             t2 = time.perf_counter()
         finally:
