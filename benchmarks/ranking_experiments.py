@@ -209,7 +209,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         now = c.sessions[-1].at + 86400.0  # questions a day after the last session
         group = "held out" if c.sample_id in held_out else "tuning"
         for qa, evidence in L.scored_questions(c):
-            text = str(qa["question"])
+            text = bench.asked(c, qa)
             q = {
                 "r24": await store.recall(caller_id, text, limit=LIMIT),
                 "r48": await store.recall(caller_id, text, limit=2 * LIMIT),
@@ -217,7 +217,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for name, way, setting in VARIANTS:
                 recall, cap = ranked(way, setting, ranker, q, text)
                 block = memory.format_block(recall, now=now, query=text, max_chars=cap)
-                found = L.evidence_share(c, evidence, block)
+                found = L.evidence_share(c, evidence, block, text)
                 scores.setdefault((name, group, int(qa["category"])), []).append(found)
         ranker.close()
     return L.ranking_table(scores, [name for name, _, _ in VARIANTS])

@@ -134,7 +134,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         now = c.sessions[-1].at + 86400.0  # questions a day after the last session
         group = "held out" if c.sample_id in held_out else "tuning"
         for qa, evidence in L.scored_questions(c):
-            question = str(qa["question"])
+            question = bench.asked(c, qa)
             lexical = await store.recall(caller_id, question, limit=memory.RECALL_EXCHANGES)
             started = time.perf_counter()
             sims = vectors @ model.embed([question])[0]
@@ -144,7 +144,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if setting is not None:
                     recall = fused(memory, lexical, exchanges, sims, *setting)
                 block = memory.format_block(recall, now=now, query=question)
-                found = L.evidence_share(c, evidence, block)
+                found = L.evidence_share(c, evidence, block, question)
                 scores.setdefault((name, group, int(qa["category"])), []).append(found)
     call_start = []
     for _ in range(3):

@@ -23,7 +23,7 @@ from .limits import (
 )
 from .records import Exchange, Recall
 from .text import clip, quoted
-from .words import query_words, relevance
+from .words import matched_spans, query_words, relevance
 
 NOTHING_KNOWN = (
     "Nothing is known about this caller from earlier calls. If they ask what you "
@@ -145,15 +145,19 @@ def format_block(
         STYLE_TITLE,
         max_chars // 4,
     )
-    facts = take(
-        [
-            _fact_line(f, zone)
-            for f in recall.facts
-            if not f.kind.startswith(STYLE_PREFIX)
-        ],
-        "Facts the caller gave:",
-        max_chars // 2,
-    )
+    # Facts the question is about take full lines first; the rest of the profile
+    # keeps at least a line of its kinds (room kept before the exchanges) and after
+    # them gets the best form the room left allows: full lines, kinds and values, or
+    # kinds only. With no question (the greeting), the whole profile is "about" it.
+    profile = [f for f in recall.facts if not f.kind.startswith(STYLE_PREFIX)]
+    about = [f for f in profile if not asked or relevance(asked, _fact_text(f))]
+    rest = [f for f in profile if f not in about]
+    facts = take([_fact_line(f, zone) for f in about], FACTS_TITLE, max_chars // 2)
+    kinds = _kinds_line(rest, max_chars // 5)
+    kept = len(kinds) + 1 + (0 if facts else len(FACTS_TITLE) + 1) if rest else 0
+    if kept > room:
+        kept = 0
+    room -= kept
     # Exchanges take room by rank; those found only through the agent's reply are
     # listed under a heading of their own (an empty section costs nothing).
     sections: dict[bool, list[str]] = {False: [], True: []}
@@ -161,7 +165,7 @@ def format_block(
     sides = recall.sides or ("both",) * len(recall.exchanges)
     said: set[str] = set()  # the words of lines shown, without their dates
     for e, side in zip(recall.exchanges, sides, strict=True):
-        words = _exchange_words(e, side)
+        words = _exchange_words(e, side, asked)
         line = f"- {local_date(e.created_at, zone)} {words}"
         if len(line) + 1 > room:  # (before the word matching below, which costs more)
             continue
@@ -179,6 +183,20 @@ def format_block(
     exchanges, agent_claims = (
         [titles[k], *sections[k]] if sections[k] else [] for k in (False, True)
     )
+    room += kept
+    if kept:
+        title = [] if facts else [FACTS_TITLE]
+        used = sum(len(line) + 1 for line in facts)
+        for option in (
+            [_fact_line(f, zone) for f in rest],
+            [_values_line(rest, max_chars // 3)],
+            [kinds],
+        ):
+            cost = sum(len(line) + 1 for line in [*title, *option])
+            if (cost <= room and used + cost <= max_chars // 2) or option == [kinds]:
+                facts = [*title, *facts, *option]
+                room -= cost
+                break
     summaries = take(
         [
             f"- {local_date(s.created_at, zone)}: {quoted(s.text, 300)}"
@@ -191,6 +209,40 @@ def format_block(
     if partial:
         lines.append(MEMORY_UNAVAILABLE)
     return "\n".join([*lines, *clock])
+
+
+FACTS_TITLE = "Facts the caller gave:"
+ALSO_ON_FILE = "- also on file: "
+KINDS_ON_FILE = "- also on file (values not shown here): "
+
+
+def _fact_text(f: Fact) -> str:
+    return f"{fact_label(f.kind)} {f.value}"
+
+
+def _kinds_line(facts: Sequence[Fact], limit: int) -> str:
+    # the kinds of facts not shown, each once, as many as fit in ``limit``
+    labels = dict.fromkeys(clip(fact_label(f.kind), MAX_FACT_KIND_CHARS) for f in facts)
+    return _joined(KINDS_ON_FILE, list(labels), ", ", limit)
+
+
+def _values_line(facts: Sequence[Fact], limit: int) -> str:
+    # one compact line of kinds and values, each value quoted and clipped short
+    items = [
+        f"{clip(fact_label(f.kind), MAX_FACT_KIND_CHARS)}: {quoted(f.value, 40)}"
+        for f in facts
+    ]
+    return _joined(ALSO_ON_FILE, items, "; ", limit)
+
+
+def _joined(head: str, items: list[str], sep: str, limit: int) -> str:
+    line = head
+    for n, item in enumerate(items):
+        more = "" if n == len(items) - 1 else sep + "…"
+        if len(line) + len(item) + len(more) > limit and n:
+            return line + "…"
+        line += item + ("" if n == len(items) - 1 else sep)
+    return line
 
 
 def _by_relevance(
@@ -251,13 +303,66 @@ def shown_sides(e: Exchange, side: str = "both") -> tuple[bool, bool]:
     return caller, bool(e.assistant_text) and (side != "caller" or not e.user_text)
 
 
-def _exchange_words(e: Exchange, side: str = "both") -> str:
+SNIPPET_SCAN_CHARS = 8 * TURN_CHARS
+"""How far into a long turn ``snippet`` looks for the query's words (characters);
+past it a turn is shown as clipped at its start would show it."""
+
+
+def snippet(text: str, asked: list[str], limit: int = TURN_CHARS) -> str:
+    """``text`` as an exchange line shows it: whole when it fits in ``limit``
+    characters, else the ``limit`` characters around the query's words
+    (``matched_spans``), as SQLite FTS5's ``snippet()`` shows a match: the stretch
+    holding the most distinct query words, centred on them, cut at words, with "…"
+    where text was left out. Without a match (or when the start holds as many) it is
+    clipped at its end, as ``clip`` does. Linear in the first ``SNIPPET_SCAN_CHARS``."""
+    text = " ".join(text[:SNIPPET_SCAN_CHARS].split())
+    if len(text) <= limit:
+        return text
+    width = limit - 2  # room for a "…" at each end
+    spans = matched_spans(asked, text)
+    best, best_at = _distinct(spans, 0, limit - 1), (0, limit - 1)
+    j = 0
+    for i, (start, _, _) in enumerate(spans):
+        j = max(j, i)
+        while j + 1 < len(spans) and spans[j + 1][1] - start <= width:
+            j += 1
+        found = len({k for *_, k in spans[i : j + 1]})
+        if found > best:
+            slack = width - (spans[j][1] - start)
+            lo = max(0, min(start - slack // 2, len(text) - width))
+            best, best_at = found, (lo, lo + width)
+    lo, hi = best_at
+    if lo == 0:
+        return clip(text, limit, at_word=True)
+    if hi >= len(text):
+        lo, hi = len(text) - (limit - 1), len(text)
+    shown = text[lo:hi]
+    if lo > 0 and _inside_word(text, lo) and " " in shown[: len(shown) // 4]:
+        shown = shown[shown.index(" ") + 1 :]  # start at a word
+    if hi < len(text) and _inside_word(text, hi) and " " in shown[-len(shown) // 4 :]:
+        shown = shown[: shown.rindex(" ")]  # end at a word
+    return (
+        ("…" if lo > 0 else "") + shown.strip(" ,;:-") + ("…" if hi < len(text) else "")
+    )
+
+
+def _inside_word(text: str, at: int) -> bool:
+    # a cut at ``at`` splits a word
+    return text[at - 1].isalnum() and text[at].isalnum()
+
+
+def _distinct(spans: list[tuple[int, int, int]], lo: int, hi: int) -> int:
+    return len({k for start, end, k in spans if start >= lo and end <= hi})
+
+
+def _exchange_words(e: Exchange, side: str = "both", asked: Sequence[str] = ()) -> str:
     caller, reply = shown_sides(e, side)
     parts = []
+    words = list(asked)
     if caller:
-        parts.append(f"caller: {quoted(e.user_text, TURN_CHARS)}")
+        parts.append(f"caller: {quoted(snippet(e.user_text, words), TURN_CHARS)}")
     if reply:
-        parts.append(f"you: {quoted(e.assistant_text, TURN_CHARS)}")
+        parts.append(f"you: {quoted(snippet(e.assistant_text, words), TURN_CHARS)}")
         if e.interrupted:
             parts[-1] += " (cut off)"
     return " / ".join(parts)

@@ -16,8 +16,9 @@ from .limits import RECENT_SUMMARIES
 from .records import Exchange, Recall, Summary
 from .sqlite_file import rollback
 from .sqlite_index import FORGET_TURNS, PREVIOUS_IN_CALL
-from .sqlite_search import row_to_exchange, search, search_terms
+from .sqlite_search import row_to_exchange, search, search_terms, turn_order
 from .store import PURGEABLE
+from .words import whose_turns
 
 FACT = "kind, value, updated_at, learned_at, replaced_at"
 
@@ -285,8 +286,12 @@ def recall(
         )
     )
     match, floor = search_terms(conn, query, caller_id) if limit else (None, 0)
+    # a question about the caller's own words or the agent's ranks that side up;
+    # the caller's name, when on file, counts as "I"
+    names = [f.value for f in facts if f.kind in ("name", "preferred_name")]
+    order = turn_order(whose_turns(query, names))
     exchanges, sides = (
-        search(conn, caller_id, match, floor, exclude_call_id, limit)
+        search(conn, caller_id, match, floor, exclude_call_id, limit, order)
         if match
         else ((), ())
     )

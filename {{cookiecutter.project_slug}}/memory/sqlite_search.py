@@ -126,6 +126,20 @@ words (``turns_fts``; see ``sqlite_schema._index_turns``)."""
 TURN_RANK = f"bm25(turns_fts, {TURN_WEIGHT}, {CONTEXT_WEIGHT}, {DAY_WEIGHT})"
 """How recall orders the turns it matched (FTS5's bm25: lower is better)."""
 SIDES = ("caller", "reply")
+ABOUT_WEIGHT = 1.6
+"""How much better a turn of the person the question is about ranks (its BM25
+score times this; ``turn_order``). Chosen on LoCoMo's tuning conversations
+(benchmarks/README.md)."""
+
+
+def turn_order(about: str | None) -> str:
+    """The ORDER BY of recall's turn search: ``TURN_RANK``, with the turns of the
+    side ``about`` names ("caller" or "reply", from ``words.whose_turns``) ranked up
+    by ``ABOUT_WEIGHT`` (bm25 is negative: lower is better)."""
+    if about not in SIDES:
+        return TURN_RANK
+    side = SIDES.index(about)
+    return f"{TURN_RANK} * (CASE rowid & 1 WHEN {side} THEN {ABOUT_WEIGHT} ELSE 1 END)"
 
 
 ROWS_FOUND = """SELECT rowid AS rid, * FROM exchanges

@@ -12,6 +12,7 @@ import functools
 import itertools
 import re
 import unicodedata
+from collections.abc import Sequence
 
 import snowballstemmer  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
@@ -126,6 +127,71 @@ def relevance(asked: list[str], text: str) -> int:
             len(w) >= 5 and w[:5] in starts for w in (word, root)
         )
     return found
+
+
+def matched_spans(asked: list[str], text: str) -> list[tuple[int, int, int]]:
+    """Where ``text`` says the query's words (``query_words``): ``(start, end, i)``
+    character offsets of each word of ``text`` that matches ``asked[i]`` by the rule
+    of ``relevance``, in order. Words of the scripts searched by pairs are not
+    placed (their matches are not words), nor is text whose lower-case form has
+    another length (a rare letter such as "İ"): both give []. Linear in the text."""
+    lowered = text.lower()
+    if not asked or len(lowered) != len(text):
+        return []
+    roots = [stem(w) for w in asked]
+    heads = {w[:3] for w in asked} | {r[:3] for r in roots}
+    starts = {
+        x[:5]: i
+        for i, (w, r) in enumerate(zip(asked, roots, strict=True))
+        for x in (r, w)
+        if len(x) >= 5
+    }
+    where = {r: i for i, r in reversed(list(enumerate(roots)))}
+    spans = []
+    for m in _WORD_RE.finditer(lowered):
+        word = m.group()
+        if word[:3] not in heads or _DENSE_RE.match(word):
+            continue
+        root = stem(word)
+        i = where.get(root)
+        if i is None and len(word) >= 5:
+            i = starts.get(word[:5], starts.get(root[:5]) if len(root) >= 5 else None)
+        if i is not None:
+            spans.append((m.start(), m.end(), i))
+    return spans
+
+
+FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
+SECOND_PERSON = frozenset({"you", "your", "yours", "yourself"})
+# Ways of asking that name the agent or the caller without being about them: "do
+# you remember what I said", "can you tell me", "did I tell you", "remind me".
+_ASIDES = re.compile(
+    r"\b(?:(?:do|did|can|could|would|will|have)\s+you\s+(?:still\s+)?"
+    r"(?:remember|recall|know|tell|think|say|mind)(?:\s+me)?|"
+    r"you\s+(?:remember|know|recall)|"
+    r"(?:tell|told|remind|ask|asked|show)\s+(?:me|you))\b",
+    re.IGNORECASE,
+)
+MAX_ABOUT_CHARS = 2000
+"""How much of what the caller said ``whose_turns`` reads (characters)."""
+
+
+def whose_turns(text: str, caller_names: Sequence[str] = ()) -> str | None:
+    """Whose words the caller's ``text`` asks about: "caller" when it speaks of the
+    caller only (I, me, my, or a word of ``caller_names``, e.g. their name fact),
+    "reply" when of the agent only (you, your), else None (both, neither, or words
+    of another language: English pronouns only). Asides that name someone without
+    being about them ("do you remember", "tell me") are left out first. Names are
+    compared as search words. (The agent has no name of its own in this kit:
+    AGENT_NAME is LiveKit's dispatch name.)"""
+    said = _ASIDES.sub(" ", text[:MAX_ABOUT_CHARS])
+    words = set(search_words(said))
+    named = {w for n in caller_names for w in search_words(n) if len(w) > 1}
+    caller = bool(words & FIRST_PERSON or words & named)
+    other = bool(words & SECOND_PERSON)
+    if caller == other:
+        return None
+    return "caller" if caller else "reply"
 
 
 _PORTER = snowballstemmer.stemmer("porter")

@@ -132,6 +132,83 @@ def test_a_long_line_never_hides_a_shorter_one_ranked_after_it():
     assert len(block) <= 1200
 
 
+def test_a_long_turn_is_shown_around_the_words_that_matched_the_question():
+    said = (
+        "We talked about the weather and the traffic on the ring road. " * 6
+        + "My sister finally moved to Porto in June, near the river. "
+        + "Then more about the traffic and the roadworks. " * 4
+    )
+    block = memory.format_block(
+        memory.Recall(exchanges=(exchange(1, text=said),)),
+        query="Where did my sister move?",
+    )
+    line = next(line for line in block.splitlines() if "caller:" in line)
+    assert "My sister finally moved to Porto in June, near the river." in line
+    assert 'caller: "…' in line and '…" / you: "ok"' in line  # both ends left out
+    assert len(line) < len(said)
+    # without the question, a long turn is still shown from its start
+    block = memory.format_block(memory.Recall(exchanges=(exchange(1, text=said),)))
+    assert 'caller: "We talked about the weather' in block
+    assert "Porto" not in block
+
+
+def _profile_and_trips() -> memory.Recall:
+    facts = (
+        memory.Fact("boat", "the blue one at pier 4", time.time()),
+        *(
+            memory.Fact(f"detail {n}", f"value number {n} " * 3, time.time() - n)
+            for n in range(12)
+        ),
+    )
+    trips = tuple(
+        exchange(n, text=f"we booked boat trip number {n} " + "x" * 150)
+        for n in range(12)
+    )
+    return memory.Recall(facts=facts, exchanges=trips)
+
+
+def test_facts_the_question_is_not_about_shrink_before_a_relevant_exchange_is_dropped():
+    recall = _profile_and_trips()
+    query = "When was the boat trip booked?"
+    block = memory.format_block(recall, max_chars=2000, query=query)
+    assert '- boat: "the blue one at pier 4"' in block  # what it is about: in full
+    assert all(f"detail {n}" in block for n in range(12))  # the rest: still named
+    assert "value number" not in block
+    trips = dataclasses.replace(recall, facts=())
+    alone = memory.format_block(trips, max_chars=2000, query=query)
+    shown = sum("boat trip number" in line for line in block.splitlines())
+    # the profile costs at most one exchange line
+    assert shown >= sum("boat trip number" in line for line in alone.splitlines()) - 1
+
+
+def test_facts_the_question_is_not_about_keep_their_values_when_there_is_room():
+    recall = dataclasses.replace(_profile_and_trips(), exchanges=())
+    block = memory.format_block(recall, query="When was the boat trip booked?")
+    assert all(f"value number {n}" in block for n in range(12))
+
+
+def test_the_greeting_block_shows_the_whole_profile():
+    block = memory.format_block(_profile_and_trips())
+    assert all(f'- detail {n}: "value number {n}' in block for n in range(12))
+
+
+@pytest.mark.parametrize(
+    ("said", "about"),
+    [
+        ("What did I research?", "caller"),
+        ("When did you paint a sunrise?", "reply"),
+        ("Do you remember what I told you about my trip?", "caller"),
+        ("Can you tell me what you said about the boat?", "reply"),
+        ("What did we talk about?", None),
+        ("What advice did you give me?", None),
+        ("What did Caroline research?", "caller"),  # her name fact
+        ("Qu'est-ce que j'ai dit ?", None),  # English pronouns only
+    ],
+)
+def test_a_question_says_whose_words_it_is_about(said, about):
+    assert memory.words.whose_turns(said, ["Caroline Smith"]) == about
+
+
 def test_a_cap_too_small_for_the_block_is_refused():
     with pytest.raises(ValueError, match="smallest block cap is 400"):
         memory.format_block(memory.Recall(), max_chars=399)

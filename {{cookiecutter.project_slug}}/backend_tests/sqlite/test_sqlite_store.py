@@ -39,6 +39,29 @@ async def test_recall_matches_other_word_forms(store):
     assert [e.user_text for e in recall.exchanges] == ["We went hiking in the Alps."]
 
 
+async def test_a_question_about_the_callers_own_words_ranks_the_callers_turns_first(
+    store,
+):
+    # Both say they painted the lake; BM25 alone prefers the agent's shorter turn.
+    await store.save(
+        make_exchange(
+            1,
+            text="I painted the lake at sunrise last summer with my old brushes",
+            reply="That sounds lovely.",
+        )
+    )
+    await store.save(
+        make_exchange(2, text="Guess what I did today.", reply="I painted the lake!")
+    )
+    first = (await store.recall(ALICE, "What did I paint at the lake?")).exchanges[0]
+    assert first.user_text.startswith("I painted the lake")
+    first = (await store.recall(ALICE, "What did you paint at the lake?")).exchanges[0]
+    assert first.assistant_text == "I painted the lake!"
+    await store.remember(ALICE, memory.Fact.of("name", "Alice Lidell"))
+    first = (await store.recall(ALICE, "What did Alice paint, the lake?")).exchanges[0]
+    assert first.user_text.startswith("I painted the lake")
+
+
 async def test_an_exchange_whose_item_ids_are_not_json_is_still_recalled(
     store, db_path
 ):
