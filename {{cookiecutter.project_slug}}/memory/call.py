@@ -29,7 +29,7 @@ from .recall import Recaller
 from .records import Exchange
 from .retention import purge_in_background
 from .speech import ReplyCheck
-from .store import MemoryStore, NoStore
+from .store import MemoryStore, NoStore, UnopenedStore
 from .tools import forget, remember
 from .writer import ExchangeWriter
 
@@ -110,7 +110,9 @@ class CallMemory:
             warn=self.warn,
         )
         self.replies = ReplyCheck(self.warn)  # the wiring self-check
-        self.capturing = True  # False: nothing more of this call is saved
+        # False: nothing more of this call is saved (nor is anything, on a store
+        # prewarm could not open: its ERROR already said the calls go without memory)
+        self.capturing = not isinstance(self.store, UnopenedStore)
         self.masking = masking_on()  # card, id and account numbers masked before kept
         self.summarize: Callable[[list[Exchange]], Awaitable[str]] | None = None
         """Writes the call summary from this call's exchanges (e.g. with the session's
