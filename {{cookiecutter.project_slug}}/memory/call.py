@@ -191,7 +191,9 @@ class CallMemory:
         single-flight per turn: every run of ``llm_node`` for the same turn and text
         (preemptive generation, steps after a tool call) shares one store recall, and
         a later turn with the same words recalls afresh. Without ``turn`` (a tool's
-        lookup) every call recalls."""
+        lookup) every call recalls. One store recall is in flight per call at most:
+        while one has not answered, a later transcript of its turn waits for it and
+        any other reply goes without recall (its block says memory was not read)."""
         self.replies.asked += 1
         if not self.enabled:
             return None

@@ -43,6 +43,12 @@ instead of every reply waiting the whole RECALL_BUDGET. Then one recall goes to 
 store in the background (a probe; the reply does not wait for it) and the skipping
 goes on until it, or a save after a failed save, succeeds; each failure waits this
 long again. Saves never skip (the ExchangeWriter keeps retrying)."""
+RECALL_HUNG_AFTER = 2.0
+"""Seconds after which a recall that has not answered, while no other recall on the
+store answered since it started, counts as the store failing (a store that hangs
+instead of raising): replies then skip it as for SKIP_DOWN_STORE_FOR. Eight
+RECALL_BUDGETs: far past a slow query (SQLite ~1 ms, PostgreSQL ~10 ms), well
+before a whole call's replies have each waited the budget."""
 RETRY_PARKED_AFTER = (1.0, 5.0, 15.0, 30.0)
 """Seconds after which exchanges that failed SAVE_ATTEMPTS times are tried again
 (then every 30 s); a successful save of another exchange retries them at once."""

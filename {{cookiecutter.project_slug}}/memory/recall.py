@@ -20,6 +20,7 @@ from .errors import FAIL_OPEN
 from .facts import Fact, fact_label, kind_takes_many, matching_facts, value_key
 from .figures import CallFigures
 from .health import StoreHealth
+from .limits import RECALL_HUNG_AFTER
 from .privacy import mask_sensitive
 from .records import Recall
 from .store import MemoryStore
@@ -63,6 +64,8 @@ class Recaller:
         self.recalls = 0  # store recalls started (one per user turn, for tests/metrics)
         self._recall_tasks: dict[tuple[int | None, str], asyncio.Task[Recall]] = {}
         self._probe: asyncio.Task[Recall] | None = None  # a recall no reply waits for
+        self._inflight: asyncio.Task[Recall] | None = None  # the latest store recall
+        self._inflight_turn: int | None = None  # the turn it was started for
         self._preload: asyncio.Task[None] | None = None
 
     # -- the profile --
@@ -159,6 +162,23 @@ class Recaller:
         failing, or at once when the store is known to be down."""
         key = (turn, " ".join(user_text.split()).lower())
         task = self._recall_tasks.get(key) if turn is not None else None
+        if task is None and self._inflight is not None and not self._inflight.done():
+            # One recall in flight per call: a slow caller holds one reader of the
+            # store, never all of them. An earlier transcript of this same turn
+            # shares it; any other reply goes without it until it answers.
+            if (
+                turn is None
+                or self._inflight_turn != turn
+                or self._inflight is self._probe
+            ):
+                self.figures.recalled(time.time_ns(), "skipped")
+                self.warn(
+                    "busy",
+                    "a recall of this call has not answered yet; replying without "
+                    "memory until it does",
+                )
+                return None
+            task = self._inflight
         probe = False
         if task is None and self.health.down:
             if self.health.skip():  # known to be down: no wait, the block says so
@@ -166,7 +186,7 @@ class Recaller:
                 return None
             probe = True  # tried in the background; this reply does not wait
         if task is None:
-            task = self._start(user_text)
+            task = self._start(user_text, turn)
             if turn is not None and not probe:  # a probe is waited for by no reply
                 # earlier turns' recalls are never asked for again
                 self._recall_tasks = {
@@ -201,7 +221,7 @@ class Recaller:
         self.figures.recalled(started, "nothing known" if recall.empty else "hit", rows)
         return recall
 
-    def _start(self, user_text: str) -> asyncio.Task[Recall]:
+    def _start(self, user_text: str, turn: int | None) -> asyncio.Task[Recall]:
         self.recalls += 1
         task = asyncio.create_task(
             self.store.recall(
@@ -214,6 +234,13 @@ class Recaller:
         )
         task.add_done_callback(_consume_exception)
         task.add_done_callback(self.health.watch)
+        # A store that hangs instead of raising is skipped like one that fails.
+        started = self.health.clock()
+        hang = asyncio.get_running_loop().call_later(
+            RECALL_HUNG_AFTER, self.health.hung, started, RECALL_HUNG_AFTER
+        )
+        task.add_done_callback(lambda _: hang.cancel())
+        self._inflight, self._inflight_turn = task, turn
         return task
 
     def block(
@@ -245,7 +272,8 @@ class Recaller:
 
     def cancel(self) -> None:
         """Cancel the preload, the turns' recalls and a running probe (call end)."""
-        tasks: list[Any] = [self._preload, self._probe, *self._recall_tasks.values()]
+        tasks: list[Any] = [self._preload, self._probe, self._inflight]
+        tasks += self._recall_tasks.values()
         for task in tasks:
             if task is not None and not task.done():
                 task.cancel()
