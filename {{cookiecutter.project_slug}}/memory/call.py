@@ -18,13 +18,20 @@ from typing import Any
 
 from .callers import validate_caller_id
 from .ending import close, extractive_summary
-from .errors import FAIL_OPEN
 from .extraction import FactExtraction
 from .figures import CallFigures, traced_save
 from .health import store_health
-from .limits import FLUSH_TIMEOUT, MAX_BLOCK_CHARS, MIN_BLOCK_CHARS, RECALL_BUDGET
+from .intake import Backlog, take
+from .limits import (
+    FLUSH_TIMEOUT,
+    INLINE_TEXT_CHARS,
+    MAX_BLOCK_CHARS,
+    MAX_TURN_CHARS,
+    MIN_BLOCK_CHARS,
+    RECALL_BUDGET,
+)
 from .pairing import TurnPairing
-from .privacy import mask_sensitive, masking_on
+from .privacy import masking_on
 from .recall import Recaller
 from .records import Exchange
 from .retention import purge_in_background
@@ -119,6 +126,7 @@ class CallMemory:
         model, see recipes/call_summary.py); None, or a failure, falls back to the
         extractive ``summary()``."""
         self.forgotten = False  # the caller had this call (or everything) forgotten
+        self.backlog = Backlog(self)  # long messages being masked, and those after
         self._started = False
         self._closed = False
         self._closing: asyncio.Task[int] | None = None
@@ -234,24 +242,19 @@ class CallMemory:
             return
         if role == "assistant" and speech_id is not None:
             self.replies.said(speech_id)
-        try:
-            if self.masking and text:
-                text = mask_sensitive(text)
-            changed = self.pairing.add(
-                role,
-                item_id,
-                text,
-                interrupted=interrupted,
-                created_at=created_at,
-                speech_id=speech_id,
+        if text and len(text) > MAX_TURN_CHARS:  # bounded before any pass over it
+            self.warn(
+                "long",
+                "a message of %d characters is kept to its first %d (MAX_TURN_CHARS)",
+                len(text),
+                MAX_TURN_CHARS,
             )
-        except FAIL_OPEN as exc:  # never into LiveKit's event emitter
-            self.warn("capture", "could not take a message: %r", exc)
-            return
-        for exchange in changed:
-            self.writer.put(exchange)
-        if role == "user":
-            self.extraction.after_turn()
+            text = text[:MAX_TURN_CHARS]
+        message = (role, item_id, text, interrupted, created_at, speech_id)
+        if self.backlog or (self.masking and len(text or "") > INLINE_TEXT_CHARS):
+            self.backlog.put(message)  # masked on a thread, then taken in order
+        else:
+            take(self, message, masked=False)
 
     def speech_created(
         self, speech_id: str, *, within: str | None = None, asks_memory: bool = False
@@ -300,7 +303,9 @@ class CallMemory:
         """Wait up to ``timeout`` seconds for pending writes (parked ones tried
         again); returns how many exchanges are still unsaved. Capture goes on (an
         agent handoff flushes here and the call continues)."""
-        return await self.writer.flush(timeout)
+        started = time.monotonic()
+        await self.backlog.wait(timeout)
+        return await self.writer.flush(max(0.0, timeout - time.monotonic() + started))
 
     async def aclose(self, reason: str = "", *, timeout: float = FLUSH_TIMEOUT) -> int:
         """End the call: stop capturing, flush pending writes and save the call

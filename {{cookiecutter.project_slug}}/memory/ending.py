@@ -41,6 +41,7 @@ async def close(call: CallMemory, reason: str, timeout: float) -> int:
     many exchanges are still unsaved."""
     started = time.monotonic()
     deadline = started + timeout
+    await call.backlog.wait(timeout / 4)  # long messages still being masked
     writer = call.writer
     pending = writer.unsaved
     unsaved = await writer.flush(timeout / 2)

@@ -20,7 +20,7 @@ from .errors import FAIL_OPEN
 from .facts import Fact, fact_label, kind_takes_many, matching_facts, value_key
 from .figures import CallFigures
 from .health import StoreHealth
-from .limits import RECALL_HUNG_AFTER
+from .limits import MAX_QUERY_CHARS, RECALL_HUNG_AFTER
 from .privacy import mask_sensitive
 from .records import Recall
 from .store import MemoryStore
@@ -131,17 +131,22 @@ class Recaller:
     async def block_for(self, user_text: str, turn: int | None) -> str:
         """The memory block for a reply to ``user_text``, within the budget. With
         ``turn`` the store recall is shared by every request of that turn."""
+        user_text = user_text[-MAX_QUERY_CHARS:]  # bounded before any pass over it
         recall = await self.recall_in_time(user_text, turn)
         if recall is None:
-            return self.block(self.profile, partial=True)
-        return self.block(recall, query=user_text)
+            return await self.render(self.profile, partial=True)
+        return await self.render(recall, query=user_text)
 
     async def lookup(self, query: str) -> str:
         """What a recall tool returns for ``query``: the block of what matches it,
         or ``NOTHING_MATCHED``."""
+        query = query[-MAX_QUERY_CHARS:]
         recall = await self.recall_in_time(query, None)
         if recall is None:  # not read in time, or failed: the block says so
-            return self.block(self.profile, partial=True)
+            return await self.render(self.profile, partial=True)
+        return await asyncio.to_thread(self._matching, bounded(recall) or recall, query)
+
+    def _matching(self, recall: Recall, query: str) -> str:
         asked = query_words(query)
         found = replace(
             recall,
@@ -243,6 +248,17 @@ class Recaller:
         self._inflight, self._inflight_turn = task, turn
         return task
 
+    async def render(
+        self, recall: Recall | None, *, partial: bool = False, query: str = ""
+    ) -> str:
+        """``block`` off the event loop, on a thread (where the GIL hands the loop
+        back every 5 ms), over rows bounded by ``bounded``: ranking and
+        quoting are linear, but 24 exchanges of a few thousand characters each would
+        still hold the loop for tens of milliseconds (benchmarks/event_loop.py)."""
+        return await asyncio.to_thread(
+            self.block, bounded(recall), partial=partial, query=query
+        )
+
     def block(
         self, recall: Recall | None, *, partial: bool = False, query: str = ""
     ) -> str:
@@ -277,6 +293,33 @@ class Recaller:
         for task in tasks:
             if task is not None and not task.done():
                 task.cancel()
+
+
+def bounded(recall: Recall | None) -> Recall | None:
+    """``recall`` with each exchange side and summary clipped to ``MAX_QUERY_CHARS``
+    for the block (which shows ``TURN_CHARS`` of each side, and ranks by words); a
+    row of another type is left as it is, for ``Recaller.block`` to leave out."""
+    if recall is None:
+        return None
+
+    def clip(text: Any) -> Any:
+        return text[:MAX_QUERY_CHARS] if isinstance(text, str) else text
+
+    try:
+        return replace(
+            recall,
+            summaries=tuple(replace(s, text=clip(s.text)) for s in recall.summaries),
+            exchanges=tuple(
+                replace(
+                    e,
+                    user_text=clip(e.user_text),
+                    assistant_text=clip(e.assistant_text),
+                )
+                for e in recall.exchanges
+            ),
+        )
+    except FAIL_OPEN:
+        return recall
 
 
 def _being_cancelled() -> bool:
