@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .errors import FAIL_OPEN
 from .privacy import mask_sensitive
-from .text import clip
+from .text import clean_text, clip
 
 if TYPE_CHECKING:
     from .call import CallMemory
@@ -91,6 +91,7 @@ async def save_summary(call: CallMemory, deadline: float) -> None:
             call.warn(
                 "summarize", "call summary failed, keeping the short one: %r", exc
             )
+    summary = clean_text(summary)  # a model's summary: storable by every backend
     if call.masking:  # a model may write out a number the caller said
         summary = mask_sensitive(summary)
     try:

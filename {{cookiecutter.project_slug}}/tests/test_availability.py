@@ -90,3 +90,49 @@ async def test_one_slow_query_is_not_taken_for_a_hanging_store_while_others_answ
     assert not health.down
     health.hung(now[0], 2.0)  # one that started after the last answer: a hang
     assert health.down
+
+
+async def test_a_nul_in_what_a_caller_says_is_dropped_and_the_turns_after_it_are_saved(
+    store,
+):
+    # PostgreSQL's text refuses NUL: the exchange could never be stored there, and
+    # those queued behind it were lost too. Every backend now gets the same clean text.
+    call = memory.CallMemory(store, ALICE, "call-1")
+    call.capture("user", "u1", "My code is A\x00B.")
+    call.capture("assistant", "a1", "Got it\x00.")
+    call.capture("user", "u2", "And my name is Ana.")
+    call.capture("assistant", "a2", "Thanks, Ana.")
+    assert await call.flush() == 0
+    await call.aclose()
+    saved = await store.exchanges(ALICE, call_id="call-1")
+    assert [(e.user_text, e.assistant_text) for e in saved] == [
+        ("My code is AB.", "Got it."),
+        ("And my name is Ana.", "Thanks, Ana."),
+    ]
+
+
+async def test_a_fact_from_a_broken_transcript_is_saved_and_the_answer_says_so(store):
+    # A lone surrogate (half an emoji) was refused by SQLite: the model was told
+    # "failed this time" and the fact was lost.
+    call = memory.CallMemory(store, ALICE, "call-1")
+    answer = await call.remember("name", "Mar\ud83dia")
+    assert "failed" not in answer and answer.startswith("Saved")
+    answer = await call.remember("pet", "a cat\x00 called Tom")
+    assert "failed" not in answer and answer.startswith("Saved")
+    facts = {f.kind: f.value for f in (await store.profile(ALICE)).facts}
+    assert facts["name"] == "Mar\ufffdia" and facts["pet"] == "a cat called Tom"
+    await call.aclose()
+
+
+async def test_a_call_summary_from_a_model_is_stored_clean(store):
+    call = memory.CallMemory(store, ALICE, "call-1")
+
+    async def summarize(exchanges):
+        return "Ana asked about her order\x00 and \ud83d left."
+
+    call.summarize = summarize
+    call.capture("user", "u1", "Where is my order?")
+    call.capture("assistant", "a1", "On its way.")
+    await call.aclose()
+    (summary,) = (await store.profile(ALICE)).summaries
+    assert summary.text == "Ana asked about her order and \ufffd left."
