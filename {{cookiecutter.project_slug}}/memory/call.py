@@ -238,7 +238,15 @@ class CallMemory:
         over here so it is remembered). ``TurnPairing`` says how messages become
         exchanges; every changed exchange is written in the background, keyed by the
         user item id."""
-        if not self.enabled or self._closed or not self.capturing:
+        if self.enabled and self._closed:
+            self.warn(
+                "closed",
+                "a %s message came after the call's memory was closed; not kept "
+                "(close it when the session has closed)",
+                role,
+            )
+            return
+        if not self.enabled or not self.capturing:
             return
         if role == "assistant" and speech_id is not None:
             self.replies.said(speech_id)

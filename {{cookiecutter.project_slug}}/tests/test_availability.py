@@ -5,6 +5,7 @@ one caller's trouble never costs another caller's calls in the same worker proce
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import memory
 from memory.health import StoreHealth
@@ -136,3 +137,16 @@ async def test_a_call_summary_from_a_model_is_stored_clean(store):
     await call.aclose()
     (summary,) = (await store.profile(ALICE)).summaries
     assert summary.text == "Ana asked about her order and \ufffd left."
+
+
+async def test_a_message_after_the_call_closed_is_not_kept_and_the_log_says_so(
+    store, caplog
+):
+    call = memory.CallMemory(store, ALICE, "call-1")
+    await call.aclose()
+    with caplog.at_level(logging.WARNING, logger="memory"):
+        call.capture("user", "u1", "One more thing: my name is Ana.")
+        call.capture("assistant", "a1", "Noted.")
+    said = [r.getMessage() for r in caplog.records if "after the call" in r.getMessage()]
+    assert len(said) == 1 and "not kept" in said[0]
+    assert await store.exchanges(ALICE) == []
