@@ -169,8 +169,9 @@ server = AgentServer()
 
 def prewarm(proc: JobProcess) -> None:
     proc.userdata["vad"] = silero.VAD.load()
-    # One store per worker process, shared by the calls it runs.
-    proc.userdata["memory"] = memory.open_store()
+    # One store per worker process, shared by the calls it runs; one it cannot open
+    # is logged (ERROR) and the calls go on without memory.
+    proc.userdata["memory"] = memory.open_store(fail_open=True)
 
 
 server.setup_fnc = prewarm

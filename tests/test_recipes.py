@@ -271,4 +271,4 @@ def test_a_recipe_names_no_backend(name):
     code = source.split('"""', 2)[2]
     assert "MEMORY_DB" not in source
     assert "sqlite" not in code.lower()
-    assert "memory.open_store()" in code
+    assert "memory.open_store(fail_open=True)" in code

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import tempfile
 import textwrap
 import uuid
@@ -91,6 +92,16 @@ def print_replies(items, who: str) -> None:
             print(f"  (tool)  {item.name}({item.arguments})")
 
 
+async def usable(url: str) -> None:
+    """Open the store once and read from it; raises MemoryStoreError saying what to
+    do (a missing key, a schema not yet made by `upgrade`) before any call starts."""
+    store = memory.open_store(url)
+    try:
+        await store.profile(CALLER)
+    finally:
+        await store.close()
+
+
 async def main(url: str) -> None:
     live = bool(os.getenv("LIVEKIT_API_KEY") and os.getenv("LIVEKIT_API_SECRET"))
     print(
@@ -98,7 +109,9 @@ async def main(url: str) -> None:
         if live
         else "model: scripted stand-in (no LiveKit keys)"
     )
-    print(f"memory: {memory.redact_url(url)}\n\n== call 1 ==")
+    print(f"memory: {memory.redact_url(url)}")
+    await usable(url)
+    print("\n== call 1 ==")
     call_one, script_one = CALL_ONE, SCRIPT_ONE
     if hasattr(agent.Assistant, "record_consent"):
         # This recipe asks before remembering anything: the caller says yes first.
@@ -150,9 +163,12 @@ if __name__ == "__main__":
     )
     args = parser.parse_args()
     url = args.url or os.getenv("MEMORY_URL")
-    if url:
-        asyncio.run(main(url))
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            # a throwaway SQLite file; to try another backend, set MEMORY_URL or --url
-            asyncio.run(main(f"sqlite:///{Path(tmp) / 'memory.db'}"))
+    try:
+        if url:
+            asyncio.run(main(url))
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                # a throwaway SQLite file; to try another backend, set MEMORY_URL
+                asyncio.run(main(f"sqlite:///{Path(tmp) / 'memory.db'}"))
+    except memory.MemoryStoreError as exc:  # a setting to fix: one line, not a trace
+        sys.exit(f"demo: memory cannot be used: {exc}")

@@ -16,7 +16,8 @@ The map (one concern per module; only ``livekit_adapter`` imports livekit; the
 stores import only the modules below the store interface):
 
 - ``call`` (CallMemory), ``recall`` (budget and cache), ``pairing`` (which reply
-  answers which turn), ``writer`` (background saves), ``ending`` (the end of a
+  answers which turn), ``intake`` (a captured message masked, paired and
+  queued), ``writer`` (background saves), ``ending`` (the end of a
   call), ``erasure`` (an erasure made during a call reaches it), ``tools`` (what
   the remember and forget tools do), ``speech`` (the
   wiring self-check), ``figures`` (trace spans, the call's log line), ``health`` (a

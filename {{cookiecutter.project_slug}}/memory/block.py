@@ -19,6 +19,7 @@ from .facts import Fact, Remembered, fact_label, shown_kind
 from .limits import (
     MAX_BLOCK_CHARS,
     MAX_FACT_VALUE_CHARS,
+    MAX_QUERY_CHARS,
     MIN_BLOCK_CHARS,
 )
 from .records import Exchange, Recall
@@ -127,7 +128,7 @@ def format_block(
         room -= used
         return [title, *kept]
 
-    asked = query_words(query)
+    asked = query_words(query[-MAX_QUERY_CHARS:])  # a huge turn: its end
     if asked:
         recall = replace(
             recall,

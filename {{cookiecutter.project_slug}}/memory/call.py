@@ -19,18 +19,25 @@ from typing import Any
 from .callers import validate_caller_id
 from .ending import close, extractive_summary
 from .erasure import ErasureCheck
-from .errors import FAIL_OPEN
 from .extraction import FactExtraction
 from .figures import CallFigures, traced_save
 from .health import store_health
-from .limits import FLUSH_TIMEOUT, MAX_BLOCK_CHARS, MIN_BLOCK_CHARS, RECALL_BUDGET
+from .intake import Backlog, take
+from .limits import (
+    FLUSH_TIMEOUT,
+    INLINE_TEXT_CHARS,
+    MAX_BLOCK_CHARS,
+    MAX_TURN_CHARS,
+    MIN_BLOCK_CHARS,
+    RECALL_BUDGET,
+)
 from .pairing import TurnPairing
-from .privacy import mask_sensitive, masking_on
+from .privacy import masking_on
 from .recall import Recaller
 from .records import Exchange
 from .retention import purge_in_background
 from .speech import ReplyCheck
-from .store import MemoryStore, NoStore
+from .store import MemoryStore, NoStore, UnopenedStore
 from .tools import forget, remember
 from .voicemail import screened
 from .writer import ExchangeWriter
@@ -113,7 +120,9 @@ class CallMemory:
         )
         self.erasure = ErasureCheck(self)  # an erasure made meanwhile reaches the call
         self.replies = ReplyCheck(self.warn)  # the wiring self-check
-        self.capturing = True  # False: nothing more of this call is saved
+        # False: nothing more of this call is saved (nor is anything, on a store
+        # prewarm could not open: its ERROR already said the calls go without memory)
+        self.capturing = not isinstance(self.store, UnopenedStore)
         self.masking = masking_on()  # card, id and account numbers masked before kept
         self.summarize: Callable[[list[Exchange]], Awaitable[str]] | None = None
         """Writes the call summary from this call's exchanges (e.g. with the session's
@@ -121,6 +130,7 @@ class CallMemory:
         extractive ``summary()``."""
         self.forgotten = False  # the caller had this call (or everything) forgotten
         self.screens_voicemail = False  # an outbound call: see voicemail.screened
+        self.backlog = Backlog(self)  # long messages being masked, and those after
         self._started = False
         self._closed = False
         self._closing: asyncio.Task[int] | None = None
@@ -193,7 +203,9 @@ class CallMemory:
         single-flight per turn: every run of ``llm_node`` for the same turn and text
         (preemptive generation, steps after a tool call) shares one store recall, and
         a later turn with the same words recalls afresh. Without ``turn`` (a tool's
-        lookup) every call recalls."""
+        lookup) every call recalls. One store recall is in flight per call at most:
+        while one has not answered, a later transcript of its turn waits for it and
+        any other reply goes without recall (its block says memory was not read)."""
         self.replies.asked += 1
         if not self.enabled:
             return None
@@ -230,30 +242,33 @@ class CallMemory:
         over here so it is remembered). ``TurnPairing`` says how messages become
         exchanges; every changed exchange is written in the background, keyed by the
         user item id."""
-        if not self.enabled or self._closed or not self.capturing:
+        if self.enabled and self._closed:
+            self.warn(
+                "closed",
+                "a %s message came after the call's memory was closed; not kept "
+                "(close it when the session has closed)",
+                role,
+            )
+            return
+        if not self.enabled or not self.capturing:
             return
         if role == "assistant" and speech_id is not None:
             self.replies.said(speech_id)
+        if text and len(text) > MAX_TURN_CHARS:  # bounded before any pass over it
+            self.warn(
+                "long",
+                "a message of %d characters is kept to its first %d (MAX_TURN_CHARS)",
+                len(text),
+                MAX_TURN_CHARS,
+            )
+            text = text[:MAX_TURN_CHARS]
         if role == "user" and screened(self, text):
             return
-        try:
-            if self.masking and text:
-                text = mask_sensitive(text)
-            changed = self.pairing.add(
-                role,
-                item_id,
-                text,
-                interrupted=interrupted,
-                created_at=created_at,
-                speech_id=speech_id,
-            )
-        except FAIL_OPEN as exc:  # never into LiveKit's event emitter
-            self.warn("capture", "could not take a message: %r", exc)
-            return
-        for exchange in changed:
-            self.writer.put(exchange)
-        if role == "user":
-            self.extraction.after_turn()
+        message = (role, item_id, text, interrupted, created_at, speech_id)
+        if self.backlog or (self.masking and len(text or "") > INLINE_TEXT_CHARS):
+            self.backlog.put(message)  # masked on a thread, then taken in order
+        else:
+            take(self, message, masked=False)
 
     def speech_created(
         self, speech_id: str, *, within: str | None = None, asks_memory: bool = False
@@ -302,7 +317,9 @@ class CallMemory:
         """Wait up to ``timeout`` seconds for pending writes (parked ones tried
         again); returns how many exchanges are still unsaved. Capture goes on (an
         agent handoff flushes here and the call continues)."""
-        return await self.writer.flush(timeout)
+        started = time.monotonic()
+        await self.backlog.wait(timeout)
+        return await self.writer.flush(max(0.0, timeout - time.monotonic() + started))
 
     async def aclose(self, reason: str = "", *, timeout: float = FLUSH_TIMEOUT) -> int:
         """End the call: stop capturing, flush pending writes and save the call

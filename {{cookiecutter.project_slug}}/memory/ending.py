@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .errors import FAIL_OPEN
 from .privacy import mask_sensitive
-from .text import clip
+from .text import clean_text, clip
 
 if TYPE_CHECKING:
     from .call import CallMemory
@@ -41,6 +41,7 @@ async def close(call: CallMemory, reason: str, timeout: float) -> int:
     many exchanges are still unsaved."""
     started = time.monotonic()
     deadline = started + timeout
+    await call.backlog.wait(timeout / 4)  # long messages still being masked
     writer = call.writer
     pending = writer.unsaved
     unsaved = await writer.flush(timeout / 2)
@@ -92,6 +93,7 @@ async def save_summary(call: CallMemory, deadline: float) -> None:
             call.warn(
                 "summarize", "call summary failed, keeping the short one: %r", exc
             )
+    summary = clean_text(summary)  # a model's summary: storable by every backend
     if call.masking:  # a model may write out a number the caller said
         summary = mask_sensitive(summary)
     try:

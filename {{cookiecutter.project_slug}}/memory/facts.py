@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidFactError
 from .limits import MAX_FACT_KIND_CHARS, MAX_FACT_VALUE_CHARS
+from .text import clean_text
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def normalise_fact(kind: str, value: str) -> tuple[str, str]:
     newer value of the same kind replaces the old one however the model words it."""
     k = "_".join(re.findall(r"\w+", str(kind or "").lower()))
     k = _ALIASES.get(k, k)
-    v = " ".join(str(value or "").split())
+    v = " ".join(clean_text(str(value or "")).split())  # storable by every backend
     if not k or len(k) > MAX_FACT_KIND_CHARS:
         raise InvalidFactError(
             f"a fact kind must have 1 to {MAX_FACT_KIND_CHARS} characters"

@@ -24,7 +24,8 @@ class StoreHealth:
     not every reply's (``SKIP_DOWN_STORE_FOR``).
 
     ``failed`` (a recall, preload or save raised ``StoreUnavailableError``) starts the
-    skipping; ``skip()`` says whether a recall should not go to the store now, and
+    skipping, and so does ``hung`` (a recall still unanswered after
+    ``RECALL_HUNG_AFTER`` s while no other recall answered); ``skip()`` says whether a recall should not go to the store now, and
     is False once each ``SKIP_DOWN_STORE_FOR`` seconds for the probe. A recall that
     succeeds ends it, and so does a save that succeeds after a save failed (a store
     with a local outbox accepts saves while its service is down, so a save says
@@ -36,6 +37,7 @@ class StoreHealth:
         self.saves_failed = False
         self.probe_at = 0.0
         self.skipped = 0  # recalls not sent to the store (for tests and metrics)
+        self.answered_at = float("-inf")  # when a recall last answered (clock)
 
     def failed(self, exc: BaseException, *, save: bool = False) -> None:
         if not isinstance(exc, StoreUnavailableError):
@@ -50,6 +52,16 @@ class StoreHealth:
         self.down = True
         self.saves_failed = self.saves_failed or save
         self.probe_at = self.clock() + SKIP_DOWN_STORE_FOR
+
+    def hung(self, started: float, seconds: float) -> None:
+        """A recall started at ``started`` (``clock``) has not answered in
+        ``seconds``: unless another recall answered since it started (the store
+        answers; that one query is slow), the store is taken for down, as if it had
+        raised ``StoreUnavailableError``."""
+        if self.answered_at < started:
+            self.failed(
+                StoreUnavailableError(f"a recall has not answered in {seconds:g} s")
+            )
 
     def worked(self, *, save: bool = False) -> None:
         if not self.down or (save and not self.saves_failed):
@@ -74,6 +86,7 @@ class StoreHealth:
             return
         exc = task.exception()
         if exc is None:
+            self.answered_at = self.clock()
             self.worked()
         else:
             self.failed(exc)

@@ -27,6 +27,20 @@ MIN_BLOCK_CHARS = 400
 """The smallest cap allowed: room for the header, the unavailable sentence and a
 fact."""
 
+MAX_TURN_CHARS = 200_000
+"""Characters memory keeps of one message (a caller's turn or a reply); the rest is
+left out, and the log says so once per call. About 35,000 words, hours of speech:
+no spoken turn comes near it, but a typed one can (LiveKit's text streams have no
+size limit), and it bounds the work one message costs."""
+INLINE_TEXT_CHARS = 2000
+"""A message up to this long is masked on the event loop as it is captured (at
+most ~6 ms: masking costs ~3 µs a character at worst, a text of spaced digits);
+a longer one on a thread, and the messages after it wait their turn, so no message
+holds the loop more than 20 ms (benchmarks/event_loop.py)."""
+MAX_QUERY_CHARS = 1000
+"""Characters of the caller's latest words a recall searches for: their end (what
+was said last), so a huge turn costs the search and the block no more than this;
+the block ranks each remembered text by its first this many characters too."""
 MAX_CALLER_ID_CHARS = 128
 MAX_FACT_KIND_CHARS = 40
 MAX_FACT_VALUE_CHARS = 500
@@ -43,6 +57,12 @@ instead of every reply waiting the whole RECALL_BUDGET. Then one recall goes to 
 store in the background (a probe; the reply does not wait for it) and the skipping
 goes on until it, or a save after a failed save, succeeds; each failure waits this
 long again. Saves never skip (the ExchangeWriter keeps retrying)."""
+RECALL_HUNG_AFTER = 2.0
+"""Seconds after which a recall that has not answered, while no other recall on the
+store answered since it started, counts as the store failing (a store that hangs
+instead of raising): replies then skip it as for SKIP_DOWN_STORE_FOR. Eight
+RECALL_BUDGETs: far past a slow query (SQLite ~1 ms, PostgreSQL ~10 ms), well
+before a whole call's replies have each waited the budget."""
 RETRY_PARKED_AFTER = (1.0, 5.0, 15.0, 30.0)
 """Seconds after which exchanges that failed SAVE_ATTEMPTS times are tried again
 (then every 30 s); a successful save of another exchange retries them at once."""

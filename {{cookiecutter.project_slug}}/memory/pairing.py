@@ -90,6 +90,9 @@ class TurnPairing:
         self.caller_id = caller_id
         self.call_id = call_id
         self._clock = clock
+        # Messages from before this memory began (history replayed into a new
+        # session of the call) are complete exchanges: new replies never join them.
+        self._began = clock()
         self._seen: set[str] = set()
         self.turns: list[_Turn] = []  # by when each began
         self._unpaired: list[
@@ -147,17 +150,21 @@ class TurnPairing:
                     turn, lambda r: self._answers(r.speech_id) is turn
                 )
             else:
-                before = next((t for t in reversed(self.turns) if t.at <= at), None)
+                before = next(
+                    (t for t in reversed(self.turns) if self._precedes(t.at, at)), None
+                )
                 # a late transcript takes the replies of no speech's turn made after it
                 changed += self._take(
                     turn,
-                    lambda r: r.at >= at and self._answers(r.speech_id) is None,
+                    lambda r: r.at >= at
+                    and self._replayed(r.at) == self._replayed(at)
+                    and self._answers(r.speech_id) is None,
                     only=[before]
                     if before is not None and before.speech_id is None
                     else [],
                 )
-            if not self.turns and self.opening is None:
-                changed += self._open(at)
+            if not self._era(at):
+                changed += self._open(at)  # the first turn of this session
             self.turns.append(turn)
             self.turns.sort(key=lambda t: t.at)
             changed.append(turn)
@@ -165,7 +172,9 @@ class TurnPairing:
             reply = _Reply(at, item_id, text, interrupted, speech_id)
             owner = self._answers(speech_id)
             if owner is None:
-                latest = next((t for t in reversed(self.turns) if t.at <= at), None)
+                latest = next(
+                    (t for t in reversed(self.turns) if self._precedes(t.at, at)), None
+                )
                 # a turn another speech answers is not this reply's
                 owner = (
                     latest if latest is not None and latest.speech_id is None else None
@@ -189,13 +198,25 @@ class TurnPairing:
         said = [
             r
             for r in self._unpaired
-            if r.at < first_turn_at and self._answers(r.speech_id) is None
+            if r.at < first_turn_at
+            and self._replayed(r.at) == self._replayed(first_turn_at)
+            and self._answers(r.speech_id) is None
         ]
         if not said:
             return []
         self._unpaired = [r for r in self._unpaired if r not in said]
         self.opening = _Turn(said[0].item_id, said[0].at, "", replies=said)
         return [self.opening]
+
+    def _replayed(self, at: float) -> bool:
+        return at < self._began
+
+    def _precedes(self, turn_at: float, at: float) -> bool:
+        # a turn began before a message at ``at``, in the same session of the call
+        return turn_at <= at and self._replayed(turn_at) == self._replayed(at)
+
+    def _era(self, at: float) -> list[_Turn]:
+        return [t for t in self.turns if self._replayed(t.at) == self._replayed(at)]
 
     def _take(
         self,

@@ -113,21 +113,32 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
                 f"security): it {'is one' if superuser else 'is not'}"
             ),
         ),
-        (not bypass, f"role {role} does not have BYPASSRLS"),
+        # Each line says what is required and what was found, so a FAIL never reads
+        # as the opposite of the role's state.
+        (
+            not bypass,
+            f"role {role} must not have BYPASSRLS: it {'has' if bypass else 'has not'}",
+        ),
         (
             not owner,
-            f"role {role} does not own the tables (owners bypass row-level security)",
+            f"role {role} must not own the tables (owners bypass row-level "
+            f"security): it {'owns them' if owner else 'does not'}",
         ),
         (
             rls_on == len(TABLES) + len(COUNTS) + len(MARKS),
-            f"row-level security is on for {', '.join((*TABLES, *COUNTS, *MARKS))}"
-            f" in schema {s}",
+            f"row-level security must be on for "
+            f"{', '.join((*TABLES, *COUNTS, *MARKS))} in schema {s}: it is on for "
+            f"{rls_on} of {len(TABLES) + len(COUNTS) + len(MARKS)}",
         ),
         (
             bound == tenant,
             f"{s}.tenant_roles binds {role} to tenant {tenant!r} (found: {bound!r})",
         ),
-        (remap is False, f"role {role} cannot change {s}.tenant_roles"),
+        (
+            remap is False,
+            f"role {role} must not be able to change {s}.tenant_roles: it "
+            + ("can" if remap else "cannot" if remap is False else "has no such table"),
+        ),
     ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 # psycopg is installed only where this backend is used (``psycopg[binary,pool]``);
 # elsewhere a type checker reads these names as Any instead of failing the folder.
@@ -49,8 +49,12 @@ class Target:
             raise InvalidStoreUrlError(
                 f"tenant={self.tenant!r}: use letters, digits and _.:@+-"
             )
-        self.conninfo = urlunsplit(
-            ("postgresql", parts.netloc, parts.path, urlencode(params), "")
+        # Not urlunsplit: it drops the "//" of a URL without a host
+        # ("postgresql:///db", "postgresql://", libpq's defaults and PG* variables),
+        # which libpq then reads as a key=value string.
+        query = urlencode(params)
+        self.conninfo = f"postgresql://{parts.netloc}{parts.path}" + (
+            f"?{query}" if query else ""
         )
         try:
             info = conninfo_to_dict(self.conninfo)

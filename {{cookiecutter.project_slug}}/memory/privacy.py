@@ -8,11 +8,12 @@ Retention (how long memory is kept) is in ``retention.py``; erasure is each stor
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stdnum import luhn
+from stdnum import iban, luhn, numdb
 from stdnum.iso7064 import mod_97_10
 from stdnum.us import ssn
 
@@ -33,10 +34,12 @@ _IBAN = re.compile(r"\b[A-Z]{2}[0-9]{2}(?:[ \-]?[A-Z0-9]){11,30}\b", re.IGNORECA
 
 SSN_WORDS = r"social|ssn|security number"
 """Words that, said just before nine digits, name them a social security number."""
+_SSN_WORDS = re.compile(SSN_WORDS)
 
 
 def _card(digits: str, groups: tuple[int, ...], before: str) -> bool:
     # ISO/IEC 7812: 13 to 19 digits, issuers' numbers start 2-6, Luhn-checked
+    # (the cheap tests first: most spans fail them)
     return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn.is_valid(digits)
 
 
@@ -44,18 +47,25 @@ def _us_ssn(digits: str, groups: tuple[int, ...], before: str) -> bool:
     # python-stdnum checks the SSA's rules (never area 000, 666 or 9xx, group 00,
     # serial 0000, nor the numbers the SSA voided). Written 3-2-4 it is one anywhere;
     # other groupings only after words that name it.
-    if len(digits) != 9 or not ssn.is_valid(digits):
+    if len(digits) != 9:
         return False
-    return groups == (3, 2, 4) or re.search(SSN_WORDS, before) is not None
+    named = groups == (3, 2, 4) or _SSN_WORDS.search(before) is not None
+    return named and ssn.is_valid(digits)
 
 
 def _bank_account(digits: str, groups: tuple[int, ...], before: str) -> bool:
     # No checksum to go by: 6 to 17 digits right after words that name a bank account
     # or routing number (US ABA accounts are at most 17 digits).
-    return 6 <= len(digits) <= 17 and (
-        re.search(r"bank|routing|sort code|checking|savings|account and", before)
-        is not None
-    )
+    return 6 <= len(digits) <= 17 and _names_bank(before)
+
+
+_BANK_WORDS = re.compile(r"bank|routing|sort code|checking|savings|account and")
+
+
+@functools.lru_cache(maxsize=64)
+def _names_bank(before: str) -> bool:
+    # every span starting at one token has the same ``before``: searched once
+    return _BANK_WORDS.search(before) is not None
 
 
 @dataclass(frozen=True)
@@ -67,22 +77,30 @@ class SensitiveNumber:
 
     label: str
     matches: Callable[[str, tuple[int, ...], str], bool]
+    lengths: range = range(6, 20)
+    """How many digits it can have (6 to 19 at most): ``matches`` is asked only
+    about runs of digits of these lengths, which keeps masking cheap."""
 
 
 SENSITIVE_NUMBERS: list[SensitiveNumber] = [
-    SensitiveNumber("[card number]", _card),
-    SensitiveNumber("[SSN]", _us_ssn),
-    SensitiveNumber("[bank account number]", _bank_account),
+    SensitiveNumber("[card number]", _card, range(13, 20)),
+    SensitiveNumber("[SSN]", _us_ssn, range(9, 10)),
+    SensitiveNumber("[bank account number]", _bank_account, range(6, 18)),
 ]
-"""What ``mask_sensitive`` masks besides IBANs (ISO 13616's check digits, computed by python-stdnum),
-first match wins. Append a ``SensitiveNumber`` for another national id."""
+"""What ``mask_sensitive`` masks besides IBANs (ISO 13616's check digits and, for a
+country in its registry, the account's format, both checked by python-stdnum), first
+match wins. Append a ``SensitiveNumber`` for another national id."""
 
 
 def mask_sensitive(text: str) -> str:
     """``text`` with payment card numbers, national ids and bank accounts
     (``SENSITIVE_NUMBERS``) and IBANs replaced by a label such as "[card number]",
     however they were written or transcribed: "4111 1111 1111 1111", "4111-1111-...",
-    "4 1 1 1 ...", "four one one one ...". Everything else is left as it was."""
+    "4 1 1 1 ...", "four one one one ...". Everything else is left as it was.
+
+    Linear in the text's length (about 3 µs a character for a text of spaced
+    digits, its worst case; benchmarks/event_loop.py): a caller of this on the event
+    loop bounds the text first (``CallMemory.capture`` keeps ``MAX_TURN_CHARS``)."""
     text = _IBAN.sub(_mask_iban, text)
     return _NUMBER_RUN.sub(_mask_run, text)
 
@@ -94,25 +112,40 @@ def masking_on() -> bool:
 
 
 def _mask_iban(match: re.Match[str]) -> str:
+    before = match.string[max(0, match.start() - 40) : match.start()].lower()
     parts = re.split(r"([ \-])", match.group())
     while parts:  # a greedy match may have taken the next word too: drop words
-        if _iban_checksum("".join(parts)):
+        if _is_iban("".join(parts), before):
             return "[IBAN]" + match.group()[len("".join(parts)) :]
         parts = parts[:-2]
     return match.group()
 
 
-def _iban_checksum(said: str) -> bool:
-    # ISO 13616's check digits (ISO 7064 MOD 97-10, from python-stdnum), for any
-    # country: stdnum's full IBAN check also wants the country and the bank in its
-    # registry, and a caller's real IBAN must be masked even where it has neither.
+def _is_iban(said: str, before: str) -> bool:
+    # ISO 13616's check digits (ISO 7064 MOD 97-10, from python-stdnum) pass for one
+    # string in 97, so a postcode, flight number or number plate followed by a few
+    # words passed in 2-3% of sentences. A country in python-stdnum's IBAN registry
+    # must also have its BBAN's length and format there (stdnum.iban, without the
+    # national checks, which want the bank in a registry too); one outside it (a
+    # country that joined later) is masked only after words that name an account.
     number = said.replace(" ", "").replace("-", "").upper()
     if not 15 <= len(number) <= 34 or not number.isascii() or not number.isalnum():
         return False
-    return bool(mod_97_10.is_valid(number[4:] + number[:4]))
+    if not mod_97_10.is_valid(number[4:] + number[:4]):
+        return False
+    if _IBAN_REGISTRY.info(number)[0][1]:
+        return iban.is_valid(number, check_country=False)
+    return _ACCOUNT_WORDS.search(before) is not None
+
+
+_IBAN_REGISTRY = numdb.get("iban")
+_ACCOUNT_WORDS = re.compile(r"iban|account|bank|transfer|wire")
 
 
 def _mask_run(match: re.Match[str]) -> str:
+    # Linear in the run: at each token, only the few spans of 6 to 19 digits that
+    # start there are tried (found with a running count, longest first), and the
+    # 40 characters before a span are sliced, never the whole run before it.
     run = match.group()
     tokens = [
         (t.start(), t.end(), _digits_of(t.group()))
@@ -123,24 +156,38 @@ def _mask_run(match: re.Match[str]) -> str:
     context = match.string[max(0, match.start() - 40) : match.start()].lower()
     out, at, i = [], 0, 0
     while i < len(tokens):
-        for j in range(min(len(tokens) - 1, i + 18), i - 1, -1):  # 19 digits at most
-            digits = "".join(d for _, _, d in tokens[i : j + 1])
-            if not 6 <= len(digits) <= 19:
-                continue
-            groups = tuple(len(d) for _, _, d in tokens[i : j + 1])
-            before = (context + run[: tokens[i][0]].lower())[-40:]
-            kind = next(
-                (k for k in SENSITIVE_NUMBERS if k.matches(digits, groups, before)),
-                None,
-            )
+        spans, digits, lengths = [], "", []
+        for j in range(i, min(len(tokens), i + 19)):  # 19 digits at most
+            digits += tokens[j][2]
+            lengths.append(len(tokens[j][2]))
+            if len(digits) > 19:
+                break
+            if len(digits) >= 6:
+                spans.append((j, digits, tuple(lengths)))
+        start = tokens[i][0]
+        before = (context + run[max(0, start - 40) : start].lower())[-40:]
+        for j, digits, groups in reversed(spans):
+            kind = _first_kind(digits, groups, before)
             if kind is not None:
-                out += [run[at : tokens[i][0]], kind.label]
+                out += [run[at:start], kind.label]
                 at, i = tokens[j][1], j
                 break
         i += 1
     return "".join([*out, run[at:]])
 
 
+def _first_kind(
+    digits: str, groups: tuple[int, ...], before: str
+) -> SensitiveNumber | None:
+    for kind in SENSITIVE_NUMBERS:
+        if len(digits) in kind.lengths and kind.matches(digits, groups, before):
+            return kind
+    return None
+
+
 def _digits_of(token: str) -> str:
     word = _DIGIT_WORDS.get(token.lower())
-    return word if word is not None else "".join(str(int(c)) for c in token)
+    if word is not None:
+        return word
+    # digits of other scripts as ASCII ones (a long ASCII run: as it is, at once)
+    return token if token.isascii() else "".join(str(int(c)) for c in token)

@@ -20,6 +20,7 @@ from .errors import FAIL_OPEN
 from .facts import Fact, fact_label, kind_takes_many, matching_facts, value_key
 from .figures import CallFigures
 from .health import StoreHealth
+from .limits import MAX_QUERY_CHARS, RECALL_HUNG_AFTER
 from .privacy import mask_sensitive
 from .records import Recall
 from .store import MemoryStore
@@ -63,6 +64,8 @@ class Recaller:
         self.recalls = 0  # store recalls started (one per user turn, for tests/metrics)
         self._recall_tasks: dict[tuple[int | None, str], asyncio.Task[Recall]] = {}
         self._probe: asyncio.Task[Recall] | None = None  # a recall no reply waits for
+        self._inflight: asyncio.Task[Recall] | None = None  # the latest store recall
+        self._inflight_turn: int | None = None  # the turn it was started for
         self._preload: asyncio.Task[None] | None = None
 
     # -- the profile --
@@ -128,17 +131,22 @@ class Recaller:
     async def block_for(self, user_text: str, turn: int | None) -> str:
         """The memory block for a reply to ``user_text``, within the budget. With
         ``turn`` the store recall is shared by every request of that turn."""
+        user_text = user_text[-MAX_QUERY_CHARS:]  # bounded before any pass over it
         recall = await self.recall_in_time(user_text, turn)
         if recall is None:
-            return self.block(self.profile, partial=True)
-        return self.block(recall, query=user_text)
+            return await self.render(self.profile, partial=True)
+        return await self.render(recall, query=user_text)
 
     async def lookup(self, query: str) -> str:
         """What a recall tool returns for ``query``: the block of what matches it,
         or ``NOTHING_MATCHED``."""
+        query = query[-MAX_QUERY_CHARS:]
         recall = await self.recall_in_time(query, None)
         if recall is None:  # not read in time, or failed: the block says so
-            return self.block(self.profile, partial=True)
+            return await self.render(self.profile, partial=True)
+        return await asyncio.to_thread(self._matching, bounded(recall) or recall, query)
+
+    def _matching(self, recall: Recall, query: str) -> str:
         asked = query_words(query)
         found = replace(
             recall,
@@ -159,6 +167,23 @@ class Recaller:
         failing, or at once when the store is known to be down."""
         key = (turn, " ".join(user_text.split()).lower())
         task = self._recall_tasks.get(key) if turn is not None else None
+        if task is None and self._inflight is not None and not self._inflight.done():
+            # One recall in flight per call: a slow caller holds one reader of the
+            # store, never all of them. An earlier transcript of this same turn
+            # shares it; any other reply goes without it until it answers.
+            if (
+                turn is None
+                or self._inflight_turn != turn
+                or self._inflight is self._probe
+            ):
+                self.figures.recalled(time.time_ns(), "skipped")
+                self.warn(
+                    "busy",
+                    "a recall of this call has not answered yet; replying without "
+                    "memory until it does",
+                )
+                return None
+            task = self._inflight
         probe = False
         if task is None and self.health.down:
             if self.health.skip():  # known to be down: no wait, the block says so
@@ -166,7 +191,7 @@ class Recaller:
                 return None
             probe = True  # tried in the background; this reply does not wait
         if task is None:
-            task = self._start(user_text)
+            task = self._start(user_text, turn)
             if turn is not None and not probe:  # a probe is waited for by no reply
                 # earlier turns' recalls are never asked for again
                 self._recall_tasks = {
@@ -201,7 +226,7 @@ class Recaller:
         self.figures.recalled(started, "nothing known" if recall.empty else "hit", rows)
         return recall
 
-    def _start(self, user_text: str) -> asyncio.Task[Recall]:
+    def _start(self, user_text: str, turn: int | None) -> asyncio.Task[Recall]:
         self.recalls += 1
         task = asyncio.create_task(
             self.store.recall(
@@ -214,7 +239,25 @@ class Recaller:
         )
         task.add_done_callback(_consume_exception)
         task.add_done_callback(self.health.watch)
+        # A store that hangs instead of raising is skipped like one that fails.
+        started = self.health.clock()
+        hang = asyncio.get_running_loop().call_later(
+            RECALL_HUNG_AFTER, self.health.hung, started, RECALL_HUNG_AFTER
+        )
+        task.add_done_callback(lambda _: hang.cancel())
+        self._inflight, self._inflight_turn = task, turn
         return task
+
+    async def render(
+        self, recall: Recall | None, *, partial: bool = False, query: str = ""
+    ) -> str:
+        """``block`` off the event loop, on a thread (where the GIL hands the loop
+        back every 5 ms), over rows bounded by ``bounded``: ranking and
+        quoting are linear, but 24 exchanges of a few thousand characters each would
+        still hold the loop for tens of milliseconds (benchmarks/event_loop.py)."""
+        return await asyncio.to_thread(
+            self.block, bounded(recall), partial=partial, query=query
+        )
 
     def block(
         self, recall: Recall | None, *, partial: bool = False, query: str = ""
@@ -245,10 +288,38 @@ class Recaller:
 
     def cancel(self) -> None:
         """Cancel the preload, the turns' recalls and a running probe (call end)."""
-        tasks: list[Any] = [self._preload, self._probe, *self._recall_tasks.values()]
+        tasks: list[Any] = [self._preload, self._probe, self._inflight]
+        tasks += self._recall_tasks.values()
         for task in tasks:
             if task is not None and not task.done():
                 task.cancel()
+
+
+def bounded(recall: Recall | None) -> Recall | None:
+    """``recall`` with each exchange side and summary clipped to ``MAX_QUERY_CHARS``
+    for the block (which shows ``TURN_CHARS`` of each side, and ranks by words); a
+    row of another type is left as it is, for ``Recaller.block`` to leave out."""
+    if recall is None:
+        return None
+
+    def clip(text: Any) -> Any:
+        return text[:MAX_QUERY_CHARS] if isinstance(text, str) else text
+
+    try:
+        return replace(
+            recall,
+            summaries=tuple(replace(s, text=clip(s.text)) for s in recall.summaries),
+            exchanges=tuple(
+                replace(
+                    e,
+                    user_text=clip(e.user_text),
+                    assistant_text=clip(e.assistant_text),
+                )
+                for e in recall.exchanges
+            ),
+        )
+    except FAIL_OPEN:
+        return recall
 
 
 def _being_cancelled() -> bool:

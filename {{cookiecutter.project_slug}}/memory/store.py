@@ -15,7 +15,7 @@ import os
 import re
 from typing import Any, Protocol
 
-from .errors import InvalidStoreUrlError, StoreUnavailableError
+from .errors import FAIL_OPEN, InvalidStoreUrlError, StoreUnavailableError
 from .facts import Fact, Remembered
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
 from .places import default_url
@@ -164,8 +164,11 @@ DRIVERS = {
 """What each backend needs installed besides this folder's own dependencies."""
 
 
-def open_store(url: str | None = None, *, create: bool = True) -> MemoryStore:
-    """Open the store a URL names, once per process (agent.py does it in ``prewarm``).
+def open_store(
+    url: str | None = None, *, create: bool = True, fail_open: bool = False
+) -> MemoryStore:
+    """Open the store a URL names, once per process (agent.py does it in ``prewarm``,
+    with ``fail_open=True``).
 
     ``url`` (default: the ``MEMORY_URL`` environment variable) picks the backend by
     its scheme (``BACKENDS``; ``+driver`` suffixes are ignored): ``sqlite:///...``
@@ -183,7 +186,23 @@ def open_store(url: str | None = None, *, create: bool = True) -> MemoryStore:
     is not installed, and whatever the backend's ``open_store(url)`` raises
     (``SchemaMismatchError``, ``StoreUnavailableError``, ``InvalidStoreUrlError``)
     when it cannot be used; the message names the URL.
+
+    ``fail_open=True`` (a worker's prewarm) raises nothing instead: a store that
+    cannot be opened (a bad URL, a missing driver or key, a memory file that is not
+    a database) is logged once as an ERROR saying why, and the ``UnopenedStore``
+    returned refuses every read and write with that reason, so each call goes on
+    without memory instead of the worker taking no calls at all.
     """
+    if not fail_open:
+        return _open(url, create)
+    try:
+        return _open(url, create)
+    except FAIL_OPEN as exc:
+        logger.error("memory: calls go on without memory: %s", exc)
+        return UnopenedStore(str(exc))
+
+
+def _open(url: str | None, create: bool) -> MemoryStore:
     url = (url if url is not None else os.getenv("MEMORY_URL", "")).strip()
     if not url:
         url = default_url()
@@ -290,3 +309,71 @@ class NoStore:
 
     async def close(self) -> None:
         return None
+
+
+class UnopenedStore(NoStore):
+    """The store of a worker whose store could not be opened (``open_store(...,
+    fail_open=True)``): every read and write raises ``StoreUnavailableError`` with
+    ``reason``, so recall says memory could not be read and the writes are logged as
+    not saved; ``close`` does nothing."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def _refuse(self) -> StoreUnavailableError:
+        return StoreUnavailableError(f"the store was not opened: {self.reason}")
+
+    async def save(self, exchange: Exchange) -> None:
+        raise self._refuse()
+
+    async def remember(
+        self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT
+    ) -> Remembered:
+        raise self._refuse()
+
+    async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
+        raise self._refuse()
+
+    async def forget(
+        self,
+        caller_id: str,
+        *,
+        kind: str | None = None,
+        value: str | None = None,
+        call_id: str | None = None,
+        timeout: float = WRITE_TIMEOUT,
+    ) -> int:
+        raise self._refuse()
+
+    async def history(self, caller_id: str) -> list[Fact]:
+        raise self._refuse()
+
+    async def profile(self, caller_id: str) -> Recall:
+        raise self._refuse()
+
+    async def recall(
+        self,
+        caller_id: str,
+        query: str,
+        *,
+        limit: int = RECALL_EXCHANGES,
+        exclude_call_id: str | None = None,
+    ) -> Recall:
+        raise self._refuse()
+
+    async def exchanges(
+        self, caller_id: str, *, call_id: str | None = None
+    ) -> list[Exchange]:
+        raise self._refuse()
+
+    async def summaries(self, caller_id: str) -> list[Summary]:
+        raise self._refuse()
+
+    async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
+        raise self._refuse()
+
+    async def purge(self, *, before: float, what: str) -> int:
+        raise self._refuse()
+
+    async def stats(self) -> dict[str, int]:
+        raise self._refuse()

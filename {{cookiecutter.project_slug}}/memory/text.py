@@ -36,7 +36,10 @@ def quoted(text: str, limit: int) -> str:
 
 
 def clean_text(text: str) -> str:
-    """Text as it can be stored: lone UTF-16 surrogates (an emoji cut in half by a
-    streaming provider) cannot be stored as UTF-8, so pairs are joined and lone
-    halves replaced, and the turn is kept."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    """Text as every backend can store it, the same for each: lone UTF-16 surrogates
+    (an emoji cut in half by a streaming provider) cannot be stored as UTF-8, so
+    pairs are joined and lone halves replaced; NUL characters, which PostgreSQL's
+    text type refuses (and which carry nothing a caller said), are dropped. The turn,
+    fact or summary is kept."""
+    text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.replace("\x00", "")

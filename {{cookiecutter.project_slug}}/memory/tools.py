@@ -15,6 +15,7 @@ from .block import remembered_sentence
 from .erasure import forget_fact_words
 from .errors import FAIL_OPEN, InvalidFactError
 from .facts import Fact, fact_label, kind_takes_many, matching_facts, normalise_fact
+from .limits import MAX_FACT_KIND_CHARS, MAX_FACT_VALUE_CHARS
 from .privacy import mask_sensitive
 
 if TYPE_CHECKING:
@@ -98,6 +99,13 @@ async def remember(
         return "Not saved: the caller asked not to be remembered in this call."
     if not (call.capturing or always):
         return "Not saved: this call is not being remembered."
+    kind, value = str(kind or ""), str(value or "")
+    if len(kind) > MAX_FACT_KIND_CHARS or len(value) > MAX_FACT_VALUE_CHARS:
+        # before any pass over it: a huge value must not hold the event loop
+        return (
+            f"Not saved: a fact's kind is at most {MAX_FACT_KIND_CHARS} characters "
+            f"and its value at most {MAX_FACT_VALUE_CHARS}; save a shorter one."
+        )
     if call.masking:
         kind, value = (
             mask_sensitive(str(kind or "")),

@@ -4,6 +4,10 @@ summary reads cleanly."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import demo
 import memory
 
@@ -29,3 +33,22 @@ async def test_the_demo_labels_scripted_replies_and_prints_what_the_model_reads(
     assert "home_city" not in out
     # the summary joins the caller's sentences without ".;"
     assert ".;" not in out
+
+
+def run_demo(url: str) -> subprocess.CompletedProcess[str]:
+    """``uv run demo.py --url URL`` as a new user runs it."""
+    return subprocess.run(
+        [sys.executable, "demo.py", "--url", url],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_demo_on_a_memory_url_it_cannot_use_says_what_to_do_in_one_line():
+    done = run_demo("nosuch://db.example.com/memory")
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    (said,) = [line for line in done.stderr.splitlines() if line.startswith("demo:")]
+    assert "no backend for 'nosuch'" in said

@@ -179,3 +179,32 @@ async def test_the_tests_build_the_agent_class_the_entrypoint_runs(store_url, st
         "in build_agent, so the tests run what production runs"
     )
     assert "without memory being asked" not in job["log"]
+
+
+@pytest.mark.parametrize(
+    ("memory_url", "named"),
+    [
+        ("not-a-database", "file is not a database"),  # a file another tool overwrote
+        ("nosuch://db.example.com/memory", "no backend for 'nosuch'"),
+        ("sqlite://relative-host/memory.db", "is not a sqlite URL"),
+        # no driver installed (a sqlite project), or no server listening (postgres)
+        ("postgresql://127.0.0.1:1/memory", "127.0.0.1:1"),
+    ],
+)
+async def test_a_store_that_cannot_be_opened_costs_memory_not_the_call(
+    tmp_path, memory_url, named
+):
+    # prewarm runs in every job process: a store it cannot open once took every
+    # call's agent away. Now the call is answered without memory, one ERROR says why.
+    if memory_url == "not-a-database":
+        broken = tmp_path / "memory.db"
+        broken.write_bytes(b"saved by another tool, not SQLite " * 200)
+        memory_url = f"sqlite:///{broken}"
+    job = run_job(memory_url, ["Hello?"], script=["Hi!", "Yes?"], timeout=40)
+    assert job["returncode"] == 0, job["log"][-4000:]
+    assert job["history"][-1] == ["assistant", "Yes?"]
+    assert "Traceback" not in job["log"], job["log"][-4000:]
+    errors = [line for line in job["log"].splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and named in errors[0], job["log"][-4000:]
+    (block,) = blocks(job["requests"][-1])
+    assert block.startswith(memory.MEMORY_UNAVAILABLE)

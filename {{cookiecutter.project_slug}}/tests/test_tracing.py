@@ -91,11 +91,12 @@ async def test_a_span_says_nothing_known_unavailable_or_timed_out(store, spans):
         dict(s.attributes)["memory.outcome"]
         for s in memory_spans(spans, "memory.recall")
     ]
-    # after the first failure the store is known to be down: the next recall is skipped
-    assert (
-        outcomes
-        == ["nothing known"] * 2 + ["unavailable", "skipped"] + ["timed out"] * 2
-    )
+    # after the first failure the store is known to be down: the next recall is skipped;
+    # one that timed out is still in flight, so the next reply goes without recall
+    assert outcomes == ["nothing known"] * 2 + ["unavailable", "skipped"] + [
+        "timed out",
+        "skipped",
+    ]
     saves = [
         dict(s.attributes)["memory.outcome"] for s in memory_spans(spans, "memory.save")
     ]
