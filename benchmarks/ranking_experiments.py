@@ -24,8 +24,13 @@ question as ``query``), scored with ``locomo_recall.found_in_block``:
 - **speaker-aware**: a question that names one of the two speakers ranks that
   speaker's turns up (BM25 x ``boost`` for the caller's turns when it names
   ``speaker_a``, for the replies when it names ``speaker_b``), the names kept or
-  removed from the query. The replay gives the store neither name, so this measures
-  what knowing them would give, not something the product can do today.
+  removed from the query. It was measured on the old replay (questions naming the
+  speakers in the third person); the honest replay asks in the caller's voice, where
+  the names are gone and the store itself ranks up the turns of the person asked
+  about (``memory.words.whose_turns``, in the "store" row).
+
+Questions are asked as ``locomo_recall``'s replay asks them (``Bench.asked``: the
+caller's voice by default) with its 12 facts on file, scored by its strict rule.
 
 Tuning conversations and held-out ones (``--held-out``) are reported apart. Run from
 the repository root with the dev environment:

@@ -129,14 +129,17 @@ def format_block(
         return [title, *kept]
 
     asked = query_words(query[-MAX_QUERY_CHARS:])  # a huge turn: its end
+    about: set[int] = set()  # positions of the facts the question is about
     if asked:
+        scores = [relevance(asked, _fact_text(f)) for f in recall.facts]
+        about = {n for n, score in enumerate(scores) if score}
+        order = sorted(range(len(scores)), key=lambda n: -scores[n])  # stable
         recall = replace(
             recall,
-            facts=_by_relevance(
-                asked, recall.facts, lambda f: f"{fact_label(f.kind)} {f.value}"
-            ),
+            facts=tuple(recall.facts[n] for n in order),
             summaries=_by_relevance(asked, recall.summaries, lambda s: s.text),
         )
+        about = {i for i, n in enumerate(order) if n in about}
     style = take(
         [
             f"- {quoted(f.value, 200)}"
@@ -150,10 +153,17 @@ def format_block(
     # keeps at least a line of its kinds (room kept before the exchanges) and after
     # them gets the best form the room left allows: full lines, kinds and values, or
     # kinds only. With no question (the greeting), the whole profile is "about" it.
-    profile = [f for f in recall.facts if not f.kind.startswith(STYLE_PREFIX)]
-    about = [f for f in profile if not asked or relevance(asked, _fact_text(f))]
-    rest = [f for f in profile if f not in about]
-    facts = take([_fact_line(f, zone) for f in about], FACTS_TITLE, max_chars // 2)
+    profile = [
+        (not asked or n in about, f)
+        for n, f in enumerate(recall.facts)
+        if not f.kind.startswith(STYLE_PREFIX)
+    ]
+    rest = [f for on_topic, f in profile if not on_topic]
+    facts = take(
+        [_fact_line(f, zone) for on_topic, f in profile if on_topic],
+        FACTS_TITLE,
+        max_chars // 2,
+    )
     kinds = _kinds_line(rest, max_chars // 5)
     kept = len(kinds) + 1 + (0 if facts else len(FACTS_TITLE) + 1) if rest else 0
     if kept > room:

@@ -138,18 +138,12 @@ def matched_spans(asked: list[str], text: str) -> list[tuple[int, int, int]]:
     lowered = text.lower()
     if not asked or len(lowered) != len(text):
         return []
-    roots = [stem(w) for w in asked]
-    heads = {w[:3] for w in asked} | {r[:3] for r in roots}
-    starts = {
-        x[:5]: i
-        for i, (w, r) in enumerate(zip(asked, roots, strict=True))
-        for x in (r, w)
-        if len(x) >= 5
-    }
-    where = {r: i for i, r in reversed(list(enumerate(roots)))}
+    heads, where, starts = _matcher(tuple(asked))
     spans = []
-    for m in _WORD_RE.finditer(lowered):
-        word = m.group()
+    for start, end in (
+        _ascii_words(lowered, heads) if lowered.isascii() else _words(lowered)
+    ):
+        word = lowered[start:end]
         if word[:3] not in heads or _DENSE_RE.match(word):
             continue
         root = stem(word)
@@ -157,8 +151,47 @@ def matched_spans(asked: list[str], text: str) -> list[tuple[int, int, int]]:
         if i is None and len(word) >= 5:
             i = starts.get(word[:5], starts.get(root[:5]) if len(root) >= 5 else None)
         if i is not None:
-            spans.append((m.start(), m.end(), i))
-    return spans
+            spans.append((start, end, i))
+    return sorted(spans)
+
+
+def _ascii_words(text: str, heads: frozenset[str]) -> list[tuple[int, int]]:
+    # The words of ASCII ``text`` that begin with one of ``heads``, found by str.find
+    # (a scan in C per head: most of a long turn's words begin like no asked word).
+    found = []
+    for head in heads:
+        at = text.find(head)
+        while at >= 0:
+            if at == 0 or not text[at - 1].isalnum():
+                end = at + len(head)
+                while end < len(text) and text[end].isalnum():
+                    end += 1
+                found.append((at, end))
+            at = text.find(head, at + 1)
+    return found
+
+
+def _words(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _WORD_RE.finditer(text)]
+
+
+@functools.lru_cache(maxsize=64)
+def _matcher(
+    asked: tuple[str, ...],
+) -> tuple[frozenset[str], dict[str, int], dict[str, int]]:
+    # What matched_spans compares with, once per query (a block places every line's
+    # words with the same one): the asked words' first 3 letters, stem -> index,
+    # first 5 letters -> index.
+    roots = [stem(w) for w in asked]
+    heads = frozenset({w[:3] for w in asked} | {r[:3] for r in roots})
+    starts = {
+        x[:5]: i
+        for i, (w, r) in enumerate(zip(asked, roots, strict=True))
+        for x in (r, w)
+        if len(x) >= 5
+    }
+    where = {r: i for i, r in reversed(list(enumerate(roots)))}
+    return heads, where, starts
 
 
 FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
