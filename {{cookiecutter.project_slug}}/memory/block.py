@@ -233,14 +233,14 @@ def _fact_text(f: Fact) -> str:
 
 def _kinds_line(facts: Sequence[Fact], limit: int) -> str:
     # the kinds of facts not shown, each once, as many as fit in ``limit``
-    labels = dict.fromkeys(clip(fact_label(f.kind), MAX_FACT_KIND_CHARS) for f in facts)
+    labels = dict.fromkeys(shown_kind(f.kind) for f in facts)  # quoted if not ours
     return _joined(KINDS_ON_FILE, list(labels), ", ", limit)
 
 
 def _values_line(facts: Sequence[Fact], limit: int) -> str:
     # one compact line of kinds and values, each value quoted and clipped short
     items = [
-        f"{clip(fact_label(f.kind), MAX_FACT_KIND_CHARS)}: {quoted(f.value, 40)}"
+        f"{shown_kind(f.kind)}: {quoted(f.value, 40)}"
         for f in facts
     ]
     return _joined(ALSO_ON_FILE, items, "; ", limit)
