@@ -207,10 +207,12 @@ def purge(conn: sqlite3.Connection, what: str, before: float) -> int:
 
 
 ERASE_STEP_PAGES = 25
-"""Most FTS5 index pages (``pgsz``, 1,000 bytes by default) one step of the erasure's
-merge writes (``erase_step``). 100 took 5 to 40 ms per step in a 20,000-exchange
-file on the 2-core machine (the kit's benchmarks/forget_erase.py): another process's
-save waits at most that long, far under its busy timeout (``BUSY_TIMEOUT``, 2 s)."""
+"""Most FTS5 index pages (``pgsz``: 4,050 bytes by default) one step of the erasure's
+merge writes (``erase_step``): 25 to 137 ms for the longest step in files of 10,000 to
+1,000,000 exchanges on a 2-core machine at load 10 (the kit's
+benchmarks/forget_erase.py), so another process's save waits at most that long, far
+under its busy timeout (``sqlite_store.BUSY_TIMEOUT``, 2 s). At 1M exchanges the
+whole merge took 3,380 steps."""
 CHECKPOINT_WAIT = 0.1
 """Seconds one try of the erasure's TRUNCATE checkpoint waits for readers in other
 processes: it holds the write lock while it waits, so it waits in short tries, with

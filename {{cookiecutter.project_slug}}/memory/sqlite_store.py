@@ -15,8 +15,9 @@ safe on one file.
 
 This module is the store: when each operation runs and how long it may take. Its
 parts: ``sqlite_file`` (the file's connections, a file replaced, the upgrade of a
-big one), ``sqlite_schema`` (migrations and checks), ``sqlite_search`` (FTS5 terms
-and ranking) and ``sqlite_queries`` (the SQL of each operation).
+big one), ``sqlite_schema`` (migrations and checks), ``sqlite_index`` (what the turn
+index holds, and the triggers that keep it), ``sqlite_search`` (FTS5 terms and
+ranking) and ``sqlite_queries`` (the SQL of each operation).
 """
 
 from __future__ import annotations
