@@ -90,6 +90,10 @@ logger = logging.getLogger("memory")
 BUSY_TIMEOUT = 2.0
 """Seconds a save waits for another process's write lock before failing (it is
 retried by ExchangeWriter)."""
+ERASE_BUSY_TRIES = 5
+"""Times in a row a step of the erasure after a forget is tried when another
+process holds the write lock past the busy timeout, before the erasure gives up
+(logged; the next forget erases again)."""
 READERS = 4
 """Reader threads per process: calls whose queries are slow (a cold disk) hold at
 most this many; other calls' recalls run on the rest."""
@@ -173,6 +177,7 @@ class SQLiteStore:
         self._erase_again = False
         self._merging = False
         self._checkpoint_tries = 0
+        self._erase_busy = 0  # steps in a row refused by another process's lock
 
     @property
     def generation(self) -> int:
@@ -320,7 +325,15 @@ class SQLiteStore:
         # writer thread; the next step is queued behind what was queued meanwhile.
         try:
             more = self._erase_step(self._file.conn())
+            self._erase_busy = 0
         except BaseException as exc:  # logged by _erase_failed; a forget erases again
+            if isinstance(exc, sqlite3.Error) and passing(exc):
+                # another process held the lock past the busy timeout: try again
+                self._erase_busy += 1
+                if self._erase_busy < ERASE_BUSY_TRIES:
+                    self._writer.submit(self._erase_next)
+                    return
+            self._erase_busy = 0
             with self._erase_lock:
                 erased, self._erased = self._erased, None
                 self._merging = self._erase_restart = self._erase_again = False
@@ -335,7 +348,12 @@ class SQLiteStore:
             restart, self._erase_restart = self._erase_restart, False
             self._erase_again = False
         if restart or self._merging:
-            self._merging = queries.erase_step(conn, restart)
+            try:
+                self._merging = queries.erase_step(conn, restart)
+            except BaseException:
+                with self._erase_lock:  # the step is to be made again
+                    self._erase_restart |= restart
+                raise
             return True
         busy_timeout = self._file.busy_timeout
         if not queries.checkpoint(conn, busy_timeout):

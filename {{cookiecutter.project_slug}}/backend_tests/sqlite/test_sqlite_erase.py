@@ -252,3 +252,36 @@ async def test_the_turn_index_holds_exactly_the_stored_exchanges_words_after_eve
     finally:
         await store.close()
     assert len(checks) == 6 and _index(db) == set()
+
+
+async def test_an_erasure_that_finds_another_process_holding_the_lock_waits_its_turn(
+    store_url, monkeypatch
+):
+    # Another worker holds the write lock past this store's busy timeout while the
+    # erasure's steps run: a step refused that way is tried again, and the
+    # forgotten words still leave the file once the lock is free.
+    db = sqlite_store.path_of(store_url)
+    store = sqlite_store.SQLiteStore(db, busy_timeout=0.05)
+    await store.stats()  # the file made
+    other_callers(db, 500)
+    await store.save(make_exchange(1, text="the code is zebraquokkalocked"))
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    tries: list[bool] = []
+    step = sqlite_queries.erase_step
+
+    def held_step(conn: sqlite3.Connection, restart: bool) -> bool:
+        tries.append(restart)
+        if len(tries) == 1:
+            holder.execute("BEGIN IMMEDIATE")  # another process's long write
+        if len(tries) == 3:
+            holder.execute("COMMIT")
+        return step(conn, restart)
+
+    monkeypatch.setattr(sqlite_queries, "erase_step", held_step)
+    try:
+        assert await store.forget(ALICE) == 1
+        await store.close()
+    finally:
+        holder.close()
+    assert tries[:3] == [True, True, True]  # the refused first step, made again
+    assert copies(db, "zebraquokkalocked") == 0
