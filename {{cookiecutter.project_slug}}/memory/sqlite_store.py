@@ -40,7 +40,7 @@ from .facts import Fact, Remembered
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
 from .places import local_path
 from .records import Exchange, Recall, Summary
-from .sqlite_file import SQLiteFile, passing
+from .sqlite_file import SQLiteFile, passing, rollback
 from .sqlite_index import add_functions, index_turns
 from .sqlite_queries import LATEST_SUMMARIES
 from .sqlite_schema import (
@@ -168,6 +168,7 @@ class SQLiteStore:
         self.path = Path(path)
         self._file = SQLiteFile(self.path, busy_timeout)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="memory-write")
+        self._saves = _SaveBatches(self._writer, self._file)
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="memory-read")
         # The erasure after a forget (_erase_soon): done when _erased is; a restart
         # asked for by a forget meanwhile; whether a merge is under way.
@@ -260,12 +261,14 @@ class SQLiteStore:
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
 
+        self._saves.close()  # saves asked for after this one are written after it
         return await asyncio.get_running_loop().run_in_executor(self._writer, run)
 
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
-        await self._write(queries.save, exchange)
+        self._usable()
+        await self._saves.save(exchange)
 
     async def remember(
         self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT
@@ -417,6 +420,85 @@ class SQLiteStore:
         for executor in (self._writer, self._readers):
             await loop.run_in_executor(None, executor.shutdown, True)
         self._file.close()
+
+
+class _SaveBatches:
+    """Saves asked for while the writer thread is busy, written together in one
+    transaction when its turn comes (each in order, after every write asked for
+    before it and before every one asked for after it): a transaction's fixed cost
+    (the search index's new segment and its structure record, the WAL pages each
+    commit writes) is paid once for all of them. If the transaction fails, each is
+    tried alone, so one save's error is its own."""
+
+    def __init__(self, writer: ThreadPoolExecutor, file: SQLiteFile) -> None:
+        self._writer = writer
+        self._file = file
+        self._lock = threading.Lock()
+        self._open: list[tuple[Exchange, asyncio.Future[None]]] | None = None
+
+    def save(self, exchange: Exchange) -> asyncio.Future[None]:
+        future = asyncio.get_running_loop().create_future()
+        with self._lock:
+            if self._open is None:
+                self._open = []
+                self._writer.submit(self._write, self._open)
+            self._open.append((exchange, future))
+        return future
+
+    def close(self) -> None:
+        """A write of another kind is queued next: later saves go after it."""
+        with self._lock:
+            self._open = None
+
+    def _write(self, batch: list[tuple[Exchange, asyncio.Future[None]]]) -> None:
+        with self._lock:  # nothing joins it from now on
+            if self._open is batch:
+                self._open = None
+        outcomes: list[BaseException | None]
+        try:
+            conn = self._file.conn()
+            if len(batch) == 1:
+                outcomes = [_outcome(queries.save, conn, batch[0][0])]
+            else:
+                outcomes = _together(conn, [e for e, _ in batch])
+        except BaseException as exc:  # the file could not be opened
+            outcomes = [exc] * len(batch)
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            with contextlib.suppress(RuntimeError):  # its loop closed: no one waits
+                future.get_loop().call_soon_threadsafe(_settle, future, outcome)
+
+
+def _together(conn: sqlite3.Connection, batch: list[Exchange]) -> list[Any]:
+    # every save of ``batch`` in one transaction, or, if that fails, each alone
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for e in batch:
+                queries.save(conn, e)
+            conn.execute("COMMIT")
+        except BaseException:
+            rollback(conn)
+            raise
+        return [None] * len(batch)
+    except sqlite3.Error:
+        return [_outcome(queries.save, conn, e) for e in batch]
+
+
+def _outcome(fn: Callable[..., Any], *args: Any) -> BaseException | None:
+    try:
+        fn(*args)
+    except Exception as exc:  # handed to the save's caller
+        return exc
+    return None
+
+
+def _settle(future: asyncio.Future[None], outcome: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if outcome is None:
+        future.set_result(None)
+    else:
+        future.set_exception(outcome)
 
 
 def _erase_failed(done: Any) -> None:

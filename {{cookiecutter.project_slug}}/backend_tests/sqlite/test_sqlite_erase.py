@@ -4,6 +4,7 @@ database, its -wal and -shm files), byte for byte; other callers keep theirs."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from pathlib import Path
@@ -285,3 +286,22 @@ async def test_an_erasure_that_finds_another_process_holding_the_lock_waits_its_
         holder.close()
     assert tries[:3] == [True, True, True]  # the refused first step, made again
     assert copies(db, "zebraquokkalocked") == 0
+
+
+async def test_saves_written_together_keep_their_order_around_a_forget(store_url):
+    # Saves asked for while the writer is busy are written in one transaction; one
+    # asked for before a forget is still written before it (and forgotten), one
+    # asked for after it is written after it (and kept), whatever the batches.
+    store = memory.open_store(store_url)
+    try:
+        await asyncio.gather(
+            *(store.save(make_exchange(n, text=f"before {n}")) for n in range(5)),
+            store.forget(ALICE),
+            *(store.save(make_exchange(10 + n, text=f"after {n}")) for n in range(3)),
+            *(store.save(make_exchange(20 + n, caller=BOB)) for n in range(3)),
+        )
+        kept = [e.user_text for e in await store.exchanges(ALICE)]
+        assert kept == ["after 0", "after 1", "after 2"]
+        assert len(await store.exchanges(BOB)) == 3
+    finally:
+        await store.close()
