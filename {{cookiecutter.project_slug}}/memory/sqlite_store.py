@@ -8,7 +8,8 @@ ranking. Implements ``MemoryStore`` (``store``); ``records`` and ``facts`` have 
 types and rules.
 
 Every database call runs on a worker thread, never on the event loop: one thread
-for writes (SQLite allows one writer at a time anyway) and a few for reads, so one
+for writes (SQLite allows one writer at a time anyway; saves that wait for it are
+written together, in one transaction) and a few for reads, so one
 call's slow query never holds up another call's recall. WAL mode and a busy
 timeout make several worker processes (LiveKit runs each job in its own process)
 safe on one file.
