@@ -305,3 +305,20 @@ async def test_saves_written_together_keep_their_order_around_a_forget(store_url
         assert len(await store.exchanges(BOB)) == 3
     finally:
         await store.close()
+
+
+def test_the_words_the_index_triggers_compute_are_the_search_words_of_the_text():
+    # memory_words (sqlite_index) builds indexed_words' string its own faster way:
+    # what is indexed must stay what the search looks for, in every script.
+    conn = sqlite3.connect(":memory:")
+    sqlite_store.add_functions(conn)
+    for caller, text in [
+        (ALICE, "We went hiking in the Alps, twice!"),
+        (BOB, "我上海出差的事情"),
+        (BOB, "เชียงใหม่ and Café Zürich"),
+        (ALICE, "!!"),
+        (ALICE, ""),
+    ]:
+        (got,) = conn.execute("SELECT memory_words(?, ?)", (caller, text)).fetchone()
+        assert got == sqlite_store.indexed_words(caller, text), text
+    conn.close()
