@@ -41,9 +41,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # scale.py puts the template's files on the path and imports them
-from scale import Text, load_sqlite, memory, rows  # noqa: E402
-from memory import sqlite_queries  # noqa: E402
-from memory.writer import ExchangeWriter  # noqa: E402
+from scale import Text, load_sqlite, memory, rows
+
+sqlite_queries = memory.sqlite_queries
+ExchangeWriter = memory.writer.ExchangeWriter
 
 MARKER = "quokkazebramarker"
 CALLER = "forget-me@example.com"
@@ -56,7 +57,7 @@ def copies(db: Path) -> int:
     return sum(f.read_bytes().count(MARKER[:11].encode()) for f in files if f.exists())
 
 
-def other_worker(db: str, go, out) -> None:  # type: ignore[no-untyped-def]
+def other_worker(db: str, go, out) -> None:
     """Another worker process: 5 calls that end 0.5 s after ``go`` is set."""
 
     async def main() -> None:
@@ -119,13 +120,14 @@ async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]
 
     def timed_step(conn: sqlite3.Connection, restart: bool) -> bool:
         t = time.perf_counter()
+        assert step is not None
         try:
-            return step(conn, restart)
+            return bool(step(conn, restart))
         finally:
             steps.append(time.perf_counter() - t)
 
     if step is not None:
-        sqlite_queries.erase_step = timed_step  # type: ignore[assignment]
+        sqlite_queries.erase_step = timed_step
 
     started = time.perf_counter()
     go.set()
@@ -140,7 +142,7 @@ async def one_size(size: int, seed: int, folder: Path) -> dict[str, float | int]
     await store.close()
     erased = time.perf_counter() - started
     if step is not None:
-        sqlite_queries.erase_step = step  # type: ignore[assignment]
+        sqlite_queries.erase_step = step
     lost, flush_took = await asyncio.get_running_loop().run_in_executor(None, out.get)
     worker.join()
     left = copies(db)

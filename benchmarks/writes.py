@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import multiprocessing
 import os
@@ -40,17 +41,19 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # scale.py puts the template's files on the path and imports them
-from scale import Text, load_sqlite, memory, rows  # noqa: E402
-from memory import sqlite_schema, sqlite_store  # noqa: E402
+from scale import Text, load_sqlite, memory, rows
 
+sqlite_schema = importlib.import_module("memory.sqlite_schema")
+sqlite_store = importlib.import_module("memory.sqlite_store")
 try:
-    from memory import sqlite_index  # noqa: E402
+    sqlite_index: ModuleType | None = importlib.import_module("memory.sqlite_index")
 except ImportError:  # the code before schema 8
-    sqlite_index = None  # type: ignore[assignment]
+    sqlite_index = None
 
 CALLS = 8
 BIG = "big-caller@example.com"
@@ -94,7 +97,7 @@ async def one_process(db: Path, queue: list[memory.Exchange]) -> tuple[float, fl
     return (len(queue) - 1) / took, (len(queue) - 1) / cpu
 
 
-def _worker(db: str, seed: int, count: int, tag: str, ready, go, done) -> None:  # type: ignore[no-untyped-def]
+def _worker(db: str, seed: int, count: int, tag: str, ready, go, done) -> None:
     async def main() -> None:
         store = memory.open_store(f"sqlite:///{db}")
         await store.stats()  # connection open before the clock starts
@@ -114,9 +117,7 @@ def four_processes(db: Path, seed: int, count: int) -> dict[str, float | int]:
     ready, go, done = context.Semaphore(0), context.Event(), context.Queue()
     share = count // 4
     workers = [
-        context.Process(
-            target=_worker, args=(str(db), seed + n, share, f"p{n}", ready, go, done)
-        )
+        context.Process(target=_worker, args=(str(db), seed + n, share, f"p{n}", ready, go, done))
         for n in range(4)
     ]
     for w in workers:
@@ -160,6 +161,7 @@ def bytes_per_exchange(db: Path) -> dict[str, float]:
 def index_parts(db: Path, folder: Path) -> dict[str, int]:
     """Bytes per exchange of the turn index (turns_fts_*), built afresh in one
     statement with all its parts and without each one."""
+    assert sqlite_index is not None
     out = {}
     for name, context, day in (
         ("whole", True, True),
@@ -175,7 +177,7 @@ def index_parts(db: Path, folder: Path) -> dict[str, int]:
         target.execute("DROP TABLE turns_fts")
         target.execute(
             "CREATE VIRTUAL TABLE turns_fts USING fts5 (words, context, day, content='',"
-            f" tokenize=\"{sqlite_schema._FTS_TOKENIZER}\")"
+            f' tokenize="{sqlite_schema._FTS_TOKENIZER}")'
         )
         for sql in sqlite_index._turn_rows(
             "x", sqlite_index._context_of("x") if context else "''", "FROM exchanges x"
@@ -232,9 +234,7 @@ def main() -> None:
         result["four_processes"] = four_processes(
             Path(folder) / "four.db", args.seed, args.exchanges
         )
-        forget, cpu = asyncio.run(
-            big_forget(Path(folder) / "big.db", args.seed, args.big_caller)
-        )
+        forget, cpu = asyncio.run(big_forget(Path(folder) / "big.db", args.seed, args.big_caller))
         result["big_caller_forget_s"] = round(forget, 2)
         result["big_caller_forget_cpu_s"] = round(cpu, 2)
         result["load_after"] = os.getloadavg()[0]

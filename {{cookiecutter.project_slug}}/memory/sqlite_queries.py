@@ -6,11 +6,14 @@ store's writer thread; one transaction each where a write reads first) and the r
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sqlite3
 import time
+from datetime import tzinfo
 
-from .dates import date_words
+from .dates import TIMEZONE_SETTING, date_words, zone_or_utc
 from .facts import Fact, Remembered, matching_facts, reconcile
 from .limits import RECENT_SUMMARIES
 from .records import Exchange, Recall, Summary
@@ -64,9 +67,20 @@ def save(conn: sqlite3.Connection, e: Exchange) -> None:
             "interrupted": int(e.interrupted),
             "item_ids": json.dumps(list(e.item_ids)),
             "created_at": e.created_at,
-            "day": date_words(e.created_at),
+            "day": date_words(e.created_at, _zone(*_zone_settings())),
         },
     )
+
+
+def _zone_settings() -> tuple[str, str]:
+    return os.getenv(TIMEZONE_SETTING, ""), os.getenv("TZ", "")
+
+
+@functools.lru_cache(maxsize=8)
+def _zone(setting: str, tz: str) -> tzinfo:
+    # The deployment's zone, found once per setting: finding the machine's own zone
+    # reads /etc/localtime's link (seven lstat calls), 19 % of a save's time.
+    return zone_or_utc()
 
 
 def remember(conn: sqlite3.Connection, caller_id: str, f: Fact) -> Remembered:
@@ -209,10 +223,12 @@ def mark_erased(conn: sqlite3.Connection, caller_id: str, at: float) -> None:
 
 
 ERASE_STEP_PAGES = 25
-"""Most FTS5 index pages (``pgsz``, 1,000 bytes by default) one step of the erasure's
-merge writes (``erase_step``). 100 took 5 to 40 ms per step in a 20,000-exchange
-file on the 2-core machine (the kit's benchmarks/forget_erase.py): another process's
-save waits at most that long, far under its busy timeout (``BUSY_TIMEOUT``, 2 s)."""
+"""Most FTS5 index pages (``pgsz``: 4,050 bytes by default) one step of the erasure's
+merge writes (``erase_step``): 25 to 137 ms for the longest step in files of 10,000 to
+1,000,000 exchanges on a 2-core machine at load 10 (the kit's
+benchmarks/forget_erase.py), so another process's save waits at most that long, far
+under its busy timeout (``sqlite_store.BUSY_TIMEOUT``, 2 s). At 1M exchanges the
+whole merge took 3,380 steps."""
 CHECKPOINT_WAIT = 0.1
 """Seconds one try of the erasure's TRUNCATE checkpoint waits for readers in other
 processes: it holds the write lock while it waits, so it waits in short tries, with

@@ -8,15 +8,17 @@ ranking. Implements ``MemoryStore`` (``store``); ``records`` and ``facts`` have 
 types and rules.
 
 Every database call runs on a worker thread, never on the event loop: one thread
-for writes (SQLite allows one writer at a time anyway) and a few for reads, so one
+for writes (SQLite allows one writer at a time anyway; saves that wait for it are
+written together, in one transaction) and a few for reads, so one
 call's slow query never holds up another call's recall. WAL mode and a busy
 timeout make several worker processes (LiveKit runs each job in its own process)
 safe on one file.
 
 This module is the store: when each operation runs and how long it may take. Its
 parts: ``sqlite_file`` (the file's connections, a file replaced, the upgrade of a
-big one), ``sqlite_schema`` (migrations and checks), ``sqlite_search`` (FTS5 terms
-and ranking) and ``sqlite_queries`` (the SQL of each operation).
+big one), ``sqlite_schema`` (migrations and checks), ``sqlite_index`` (what the turn
+index holds, and the triggers that keep it), ``sqlite_search`` (FTS5 terms and
+ranking) and ``sqlite_queries`` (the SQL of each operation).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from .facts import Fact, Remembered
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
 from .places import local_path
 from .records import Exchange, Recall, Summary
-from .sqlite_file import SQLiteFile, passing
+from .sqlite_file import SQLiteFile, passing, rollback
 from .sqlite_index import add_functions, index_turns
 from .sqlite_queries import LATEST_SUMMARIES
 from .sqlite_schema import (
@@ -89,6 +91,10 @@ logger = logging.getLogger("memory")
 BUSY_TIMEOUT = 2.0
 """Seconds a save waits for another process's write lock before failing (it is
 retried by ExchangeWriter)."""
+ERASE_BUSY_TRIES = 5
+"""Times in a row a step of the erasure after a forget is tried when another
+process holds the write lock past the busy timeout, before the erasure gives up
+(logged; the next forget erases again)."""
 READERS = 4
 """Reader threads per process: calls whose queries are slow (a cold disk) hold at
 most this many; other calls' recalls run on the rest."""
@@ -163,6 +169,7 @@ class SQLiteStore:
         self.path = Path(path)
         self._file = SQLiteFile(self.path, busy_timeout)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="memory-write")
+        self._saves = _SaveBatches(self._writer, self._file)
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="memory-read")
         # The erasure after a forget (_erase_soon): done when _erased is; a restart
         # asked for by a forget meanwhile; whether a merge is under way.
@@ -172,6 +179,7 @@ class SQLiteStore:
         self._erase_again = False
         self._merging = False
         self._checkpoint_tries = 0
+        self._erase_busy = 0  # steps in a row refused by another process's lock
 
     @property
     def generation(self) -> int:
@@ -254,12 +262,14 @@ class SQLiteStore:
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
 
+        self._saves.close()  # saves asked for after this one are written after it
         return await asyncio.get_running_loop().run_in_executor(self._writer, run)
 
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
-        await self._write(queries.save, exchange)
+        self._usable()
+        await self._saves.save(exchange)
 
     async def remember(
         self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT
@@ -319,7 +329,15 @@ class SQLiteStore:
         # writer thread; the next step is queued behind what was queued meanwhile.
         try:
             more = self._erase_step(self._file.conn())
+            self._erase_busy = 0
         except BaseException as exc:  # logged by _erase_failed; a forget erases again
+            if isinstance(exc, sqlite3.Error) and passing(exc):
+                # another process held the lock past the busy timeout: try again
+                self._erase_busy += 1
+                if self._erase_busy < ERASE_BUSY_TRIES:
+                    self._writer.submit(self._erase_next)
+                    return
+            self._erase_busy = 0
             with self._erase_lock:
                 erased, self._erased = self._erased, None
                 self._merging = self._erase_restart = self._erase_again = False
@@ -334,7 +352,12 @@ class SQLiteStore:
             restart, self._erase_restart = self._erase_restart, False
             self._erase_again = False
         if restart or self._merging:
-            self._merging = queries.erase_step(conn, restart)
+            try:
+                self._merging = queries.erase_step(conn, restart)
+            except BaseException:
+                with self._erase_lock:  # the step is to be made again
+                    self._erase_restart |= restart
+                raise
             return True
         busy_timeout = self._file.busy_timeout
         if not queries.checkpoint(conn, busy_timeout):
@@ -401,6 +424,85 @@ class SQLiteStore:
         for executor in (self._writer, self._readers):
             await loop.run_in_executor(None, executor.shutdown, True)
         self._file.close()
+
+
+class _SaveBatches:
+    """Saves asked for while the writer thread is busy, written together in one
+    transaction when its turn comes (each in order, after every write asked for
+    before it and before every one asked for after it): a transaction's fixed cost
+    (the search index's new segment and its structure record, the WAL pages each
+    commit writes) is paid once for all of them. If the transaction fails, each is
+    tried alone, so one save's error is its own."""
+
+    def __init__(self, writer: ThreadPoolExecutor, file: SQLiteFile) -> None:
+        self._writer = writer
+        self._file = file
+        self._lock = threading.Lock()
+        self._open: list[tuple[Exchange, asyncio.Future[None]]] | None = None
+
+    def save(self, exchange: Exchange) -> asyncio.Future[None]:
+        future = asyncio.get_running_loop().create_future()
+        with self._lock:
+            if self._open is None:
+                self._open = []
+                self._writer.submit(self._write, self._open)
+            self._open.append((exchange, future))
+        return future
+
+    def close(self) -> None:
+        """A write of another kind is queued next: later saves go after it."""
+        with self._lock:
+            self._open = None
+
+    def _write(self, batch: list[tuple[Exchange, asyncio.Future[None]]]) -> None:
+        with self._lock:  # nothing joins it from now on
+            if self._open is batch:
+                self._open = None
+        outcomes: list[BaseException | None]
+        try:
+            conn = self._file.conn()
+            if len(batch) == 1:
+                outcomes = [_outcome(queries.save, conn, batch[0][0])]
+            else:
+                outcomes = _together(conn, [e for e, _ in batch])
+        except BaseException as exc:  # the file could not be opened
+            outcomes = [exc] * len(batch)
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            with contextlib.suppress(RuntimeError):  # its loop closed: no one waits
+                future.get_loop().call_soon_threadsafe(_settle, future, outcome)
+
+
+def _together(conn: sqlite3.Connection, batch: list[Exchange]) -> list[Any]:
+    # every save of ``batch`` in one transaction, or, if that fails, each alone
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for e in batch:
+                queries.save(conn, e)
+            conn.execute("COMMIT")
+        except BaseException:
+            rollback(conn)
+            raise
+        return [None] * len(batch)
+    except sqlite3.Error:
+        return [_outcome(queries.save, conn, e) for e in batch]
+
+
+def _outcome(fn: Callable[..., Any], *args: Any) -> BaseException | None:
+    try:
+        fn(*args)
+    except Exception as exc:  # handed to the save's caller
+        return exc
+    return None
+
+
+def _settle(future: asyncio.Future[None], outcome: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if outcome is None:
+        future.set_result(None)
+    else:
+        future.set_exception(outcome)
 
 
 def _erase_failed(done: Any) -> None:

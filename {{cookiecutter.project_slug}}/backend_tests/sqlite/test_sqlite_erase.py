@@ -4,6 +4,7 @@ database, its -wal and -shm files), byte for byte; other callers keep theirs."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from pathlib import Path
@@ -252,3 +253,72 @@ async def test_the_turn_index_holds_exactly_the_stored_exchanges_words_after_eve
     finally:
         await store.close()
     assert len(checks) == 6 and _index(db) == set()
+
+
+async def test_an_erasure_that_finds_another_process_holding_the_lock_waits_its_turn(
+    store_url, monkeypatch
+):
+    # Another worker holds the write lock past this store's busy timeout while the
+    # erasure's steps run: a step refused that way is tried again, and the
+    # forgotten words still leave the file once the lock is free.
+    db = sqlite_store.path_of(store_url)
+    store = sqlite_store.SQLiteStore(db, busy_timeout=0.05)
+    await store.stats()  # the file made
+    other_callers(db, 500)
+    await store.save(make_exchange(1, text="the code is zebraquokkalocked"))
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    tries: list[bool] = []
+    step = sqlite_queries.erase_step
+
+    def held_step(conn: sqlite3.Connection, restart: bool) -> bool:
+        tries.append(restart)
+        if len(tries) == 1:
+            holder.execute("BEGIN IMMEDIATE")  # another process's long write
+        if len(tries) == 3:
+            holder.execute("COMMIT")
+        return step(conn, restart)
+
+    monkeypatch.setattr(sqlite_queries, "erase_step", held_step)
+    try:
+        assert await store.forget(ALICE) == 1
+        await store.close()
+    finally:
+        holder.close()
+    assert tries[:3] == [True, True, True]  # the refused first step, made again
+    assert copies(db, "zebraquokkalocked") == 0
+
+
+async def test_saves_written_together_keep_their_order_around_a_forget(store_url):
+    # Saves asked for while the writer is busy are written in one transaction; one
+    # asked for before a forget is still written before it (and forgotten), one
+    # asked for after it is written after it (and kept), whatever the batches.
+    store = memory.open_store(store_url)
+    try:
+        await asyncio.gather(
+            *(store.save(make_exchange(n, text=f"before {n}")) for n in range(5)),
+            store.forget(ALICE),
+            *(store.save(make_exchange(10 + n, text=f"after {n}")) for n in range(3)),
+            *(store.save(make_exchange(20 + n, caller=BOB)) for n in range(3)),
+        )
+        kept = [e.user_text for e in await store.exchanges(ALICE)]
+        assert kept == ["after 0", "after 1", "after 2"]
+        assert len(await store.exchanges(BOB)) == 3
+    finally:
+        await store.close()
+
+
+def test_the_words_the_index_triggers_compute_are_the_search_words_of_the_text():
+    # memory_words (sqlite_index) builds indexed_words' string its own faster way:
+    # what is indexed must stay what the search looks for, in every script.
+    conn = sqlite3.connect(":memory:")
+    sqlite_store.add_functions(conn)
+    for caller, text in [
+        (ALICE, "We went hiking in the Alps, twice!"),
+        (BOB, "我上海出差的事情"),
+        (BOB, "เชียงใหม่ and Café Zürich"),
+        (ALICE, "!!"),
+        (ALICE, ""),
+    ]:
+        (got,) = conn.execute("SELECT memory_words(?, ?)", (caller, text)).fetchone()
+        assert got == sqlite_store.indexed_words(caller, text), text
+    conn.close()
