@@ -739,6 +739,34 @@ async def test_vacuum_after_forget_leaves_no_forgotten_word_in_any_table_or_inde
     assert [e.user_text for e in await store.exchanges("bob")] == ["bob's quartz"]
 
 
+async def test_vacuum_says_so_when_an_older_transaction_still_holds_forgotten_rows(
+    store, store_url, monkeypatch, capsys
+):
+    # VACUUM FULL keeps a deleted row that an open transaction begun before the
+    # delete can still see: the command must not report the words gone.
+    from memory import postgres_admin
+
+    await store.save(make_exchange(1, text="my password hint is xylophonequartz"))
+    with admin() as older:
+        older.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        older.execute("SELECT 1")  # its snapshot: taken before the forget
+        await store.forget(ALICE)
+        monkeypatch.setattr(postgres_admin, "VACUUM_TRIES", 1)
+        code = await asyncio.to_thread(
+            postgres_admin.main, ["vacuum", "--url", store_url]
+        )
+        err = capsys.readouterr().err
+        assert code == 1 and "deleted rows still kept in {'exchanges'" in err, err
+        assert "run vacuum again when it has ended (pid " in err
+        older.execute("ROLLBACK")
+    assert (
+        await asyncio.to_thread(postgres_admin.main, ["vacuum", "--url", store_url])
+        == 0
+    )
+    with admin() as conn:
+        assert in_relation_files(conn, schema_of(store_url), "xylophonequartz") == []
+
+
 # -- writes, time bounds, faults ------------------------------------------------------
 
 
