@@ -707,7 +707,7 @@ def in_relation_files(conn: psycopg.Connection, schema: str, word: str) -> list[
                    WHERE relnamespace = to_regnamespace(%s)))""",
         [schema, schema, schema],
     ).fetchall()
-    (data,) = conn.execute("SHOW data_directory").fetchone()
+    (data,) = postgres_schema.one_row(conn.execute("SHOW data_directory").fetchone())
     if not os.access(data, os.R_OK | os.X_OK):
         pytest.skip(f"the server's data directory {data} is not readable here")
     found = []
