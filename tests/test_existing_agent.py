@@ -452,7 +452,9 @@ def test_memory_admin_shows_and_forgets_a_caller_from_the_project_root(project: 
         forgot = run(uv_run(forget), project)
         assert forgot.returncode == 0 and f"forgot {CALLER}" in forgot.stdout, forgot.stderr
         again = run(uv_run(show), project)
-        assert "facts (0):" in again.stdout and "Porto" not in again.stdout, again.stdout
+        # nothing stored: show says the caller was forgotten, and fails (exit 3)
+        assert again.returncode == 3 and "Porto" not in again.stdout, again.stdout
+        assert f"nothing is stored for {CALLER}: forgotten" in again.stderr, again.stderr
     finally:
         (project / ".env.local").unlink()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 
 # psycopg is installed only where this backend is used (``psycopg[binary,pool]``);
 # elsewhere a type checker reads these names as Any instead of failing the folder.
@@ -55,9 +56,13 @@ INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')
 VACUUM_LOCK_TIMEOUT = "5s"
 """How long ``vacuum`` waits for each table's lock (a worker's transaction holding
 it) before it gives up with an error, instead of queueing every worker behind it."""
+VACUUM_TRIES = 10
+"""Times ``vacuum`` writes a table anew, 1 s apart, while an older transaction (of
+any client of the database) still sees the deleted rows, so they cannot go yet."""
+_KEPT = re.compile(r"(\d+) dead row versions cannot be removed yet")
 
 
-def vacuum(url: str) -> None:
+def vacuum(url: str) -> dict[str, int]:
     """Remove from the table and index files the bytes of what forget and purge
     deleted: VACUUM FULL of each table that holds a caller's words (a plain VACUUM
     only marks a deleted row's space as free, and its bytes stay in the file until a
@@ -65,13 +70,45 @@ def vacuum(url: str) -> None:
     anew and takes the table's ACCESS EXCLUSIVE lock while it does: workers' recalls
     on that table wait (they go on without memory after their budget) and their
     saves wait and are retried (see the README's "Privacy and operations" for the
-    time it takes). Waits at most ``VACUUM_LOCK_TIMEOUT`` for each lock; raises
-    psycopg errors (LockNotAvailable when a table stayed busy: run it again)."""
+    time it takes). Waits at most ``VACUUM_LOCK_TIMEOUT`` for each lock.
+
+    A deleted row that a transaction begun before the delete can still see is kept
+    by any vacuum; such a table is written again (``VACUUM_TRIES``). Returns
+    {table: deleted rows still kept} for the tables where that did not end ({}:
+    every one is gone). Raises psycopg errors (LockNotAvailable when a table stayed
+    busy: run it again)."""
     target = Target(url)
+    kept: dict[str, int] = {}
     with target.connect(autocommit=True) as conn:
+        said: list[str] = []
+        conn.add_notice_handler(lambda d: said.append(d.message_detail or ""))
         conn.execute(f"SET lock_timeout = '{VACUUM_LOCK_TIMEOUT}'")
         for table in (*TABLES, *COUNTS):
-            conn.execute(f"VACUUM FULL {target.schema}.{table}")
+            for attempt in range(VACUUM_TRIES):
+                said.clear()
+                conn.execute(f"VACUUM (FULL, VERBOSE) {target.schema}.{table}")
+                left = sum(int(m[1]) for d in said if (m := _KEPT.search(d)))
+                if not left:
+                    kept.pop(table, None)
+                    break
+                kept[table] = left
+                if attempt + 1 < VACUUM_TRIES:
+                    time.sleep(1.0)
+    return kept
+
+
+def _holders(url: str) -> list[str]:
+    """The open transactions of the database that can hold deleted rows back."""
+    with Target(url).connect(autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid, usename, xact_start FROM pg_stat_activity WHERE"
+            " datname = current_database() AND backend_xmin IS NOT NULL AND"
+            " pid <> pg_backend_pid() ORDER BY xact_start LIMIT 5"
+        ).fetchall()
+    return [
+        f"pid {pid} ({user}, since {start:%Y-%m-%d %H:%M:%S})"
+        for pid, user, start in rows
+    ]
 
 
 def isolation_report(url: str) -> list[tuple[bool, str]]:
@@ -144,7 +181,8 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """The operator command. Exit codes: 0 fine, 1 something to do (status: upgrade
-    needed; check: isolation not in force), 2 the server or the URL could not be used."""
+    needed; check: isolation not in force; vacuum: deleted rows an older transaction
+    still sees), 2 the server or the URL could not be used."""
     import os
 
     from dotenv import load_dotenv
@@ -188,7 +226,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0 if enforced else 1
         if args.command == "vacuum":
-            vacuum(url)
+            kept = vacuum(url)
+            if kept:
+                print(
+                    f"{target.where}: deleted rows still kept in {kept}: a transaction"
+                    " begun before the delete still sees them; run vacuum again when"
+                    f" it has ended ({', '.join(_holders(url)) or 'none open now'})",
+                    file=sys.stderr,
+                )
+                return 1
             print(f"{target.where}: vacuumed; the tables and indexes written anew")
             return 0
         with target.connect() as conn:
