@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import limits
 from .callers import validate_caller_id
 from .ending import close, extractive_summary
 from .extraction import FactExtraction
@@ -28,7 +29,6 @@ from .limits import (
     MAX_BLOCK_CHARS,
     MAX_TURN_CHARS,
     MIN_BLOCK_CHARS,
-    RECALL_BUDGET,
 )
 from .pairing import TurnPairing
 from .privacy import masking_on
@@ -66,8 +66,9 @@ class CallMemory:
     call ends (``on_shutdown`` is the same, for ``JobContext.add_shutdown_callback``).
 
     Raises ValueError for an invalid caller id (``InvalidCallerIdError``), a
-    ``max_block_chars`` below ``MIN_BLOCK_CHARS``, a ``recall_budget`` (seconds) that
-    is not positive, or a caller id without a store."""
+    ``max_block_chars`` below ``MIN_BLOCK_CHARS``, a ``recall_budget`` (seconds;
+    default ``limits.RECALL_BUDGET`` as it is when the call starts) that is not
+    positive, or a caller id without a store."""
 
     def __init__(
         self,
@@ -75,12 +76,14 @@ class CallMemory:
         caller_id: str | None = None,
         call_id: str = "",
         *,
-        recall_budget: float = RECALL_BUDGET,
+        recall_budget: float | None = None,
         max_block_chars: int = MAX_BLOCK_CHARS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if max_block_chars < MIN_BLOCK_CHARS:
             raise ValueError(f"max_block_chars must be at least {MIN_BLOCK_CHARS}")
+        if recall_budget is None:  # read now, so a test suite can give it room
+            recall_budget = limits.RECALL_BUDGET
         if recall_budget <= 0:
             raise ValueError("recall_budget must be a positive number of seconds")
         if store is None and caller_id is not None:
