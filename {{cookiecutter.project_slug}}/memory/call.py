@@ -22,12 +22,10 @@ from .ending import close, extractive_summary
 from .extraction import FactExtraction
 from .figures import CallFigures, traced_save
 from .health import store_health
-from .intake import Backlog, take
+from .intake import Backlog, accept
 from .limits import (
     FLUSH_TIMEOUT,
-    INLINE_TEXT_CHARS,
     MAX_BLOCK_CHARS,
-    MAX_TURN_CHARS,
     MIN_BLOCK_CHARS,
 )
 from .pairing import TurnPairing
@@ -253,19 +251,7 @@ class CallMemory:
             return
         if role == "assistant" and speech_id is not None:
             self.replies.said(speech_id)
-        if text and len(text) > MAX_TURN_CHARS:  # bounded before any pass over it
-            self.warn(
-                "long",
-                "a message of %d characters is kept to its first %d (MAX_TURN_CHARS)",
-                len(text),
-                MAX_TURN_CHARS,
-            )
-            text = text[:MAX_TURN_CHARS]
-        message = (role, item_id, text, interrupted, created_at, speech_id)
-        if self.backlog or (self.masking and len(text or "") > INLINE_TEXT_CHARS):
-            self.backlog.put(message)  # masked on a thread, then taken in order
-        else:
-            take(self, message, masked=False)
+        accept(self, (role, item_id, text, interrupted, created_at, speech_id))
 
     def speech_created(
         self, speech_id: str, *, within: str | None = None, asks_memory: bool = False
