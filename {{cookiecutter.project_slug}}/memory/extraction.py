@@ -153,7 +153,8 @@ def _facts_list(data: object) -> list[object] | None:
 
 
 _NEGATIONS = frozenset(
-    stem(w) for w in "not no never t neither nor none nobody nothing".split()
+    stem(w)
+    for w in ("not", "no", "never", "t", "neither", "nor", "none", "nobody", "nothing")
 )
 """Words (as stems) that deny what follows ("isn't" is "isn", "t" as words)."""
 
