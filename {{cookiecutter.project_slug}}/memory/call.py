@@ -16,20 +16,18 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import limits
 from .callers import validate_caller_id
 from .ending import close, extractive_summary
 from .erasure import ErasureCheck
 from .extraction import FactExtraction
 from .figures import CallFigures, traced_save
 from .health import store_health
-from .intake import Backlog, take
+from .intake import Backlog, accept
 from .limits import (
     FLUSH_TIMEOUT,
-    INLINE_TEXT_CHARS,
     MAX_BLOCK_CHARS,
-    MAX_TURN_CHARS,
     MIN_BLOCK_CHARS,
-    RECALL_BUDGET,
 )
 from .pairing import TurnPairing
 from .privacy import masking_on
@@ -39,7 +37,6 @@ from .retention import purge_in_background
 from .speech import ReplyCheck
 from .store import MemoryStore, NoStore, UnopenedStore
 from .tools import forget, remember
-from .voicemail import screened
 from .writer import ExchangeWriter
 
 logger = logging.getLogger("memory")
@@ -68,8 +65,9 @@ class CallMemory:
     call ends (``on_shutdown`` is the same, for ``JobContext.add_shutdown_callback``).
 
     Raises ValueError for an invalid caller id (``InvalidCallerIdError``), a
-    ``max_block_chars`` below ``MIN_BLOCK_CHARS``, a ``recall_budget`` (seconds) that
-    is not positive, or a caller id without a store."""
+    ``max_block_chars`` below ``MIN_BLOCK_CHARS``, a ``recall_budget`` (seconds;
+    default ``limits.RECALL_BUDGET`` as it is when the call starts) that is not
+    positive, or a caller id without a store."""
 
     def __init__(
         self,
@@ -77,12 +75,14 @@ class CallMemory:
         caller_id: str | None = None,
         call_id: str = "",
         *,
-        recall_budget: float = RECALL_BUDGET,
+        recall_budget: float | None = None,
         max_block_chars: int = MAX_BLOCK_CHARS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if max_block_chars < MIN_BLOCK_CHARS:
             raise ValueError(f"max_block_chars must be at least {MIN_BLOCK_CHARS}")
+        if recall_budget is None:  # read now, so a test suite can give it room
+            recall_budget = limits.RECALL_BUDGET
         if recall_budget <= 0:
             raise ValueError("recall_budget must be a positive number of seconds")
         if store is None and caller_id is not None:
@@ -254,21 +254,7 @@ class CallMemory:
             return
         if role == "assistant" and speech_id is not None:
             self.replies.said(speech_id)
-        if text and len(text) > MAX_TURN_CHARS:  # bounded before any pass over it
-            self.warn(
-                "long",
-                "a message of %d characters is kept to its first %d (MAX_TURN_CHARS)",
-                len(text),
-                MAX_TURN_CHARS,
-            )
-            text = text[:MAX_TURN_CHARS]
-        if role == "user" and screened(self, text):
-            return
-        message = (role, item_id, text, interrupted, created_at, speech_id)
-        if self.backlog or (self.masking and len(text or "") > INLINE_TEXT_CHARS):
-            self.backlog.put(message)  # masked on a thread, then taken in order
-        else:
-            take(self, message, masked=False)
+        accept(self, (role, item_id, text, interrupted, created_at, speech_id))
 
     def speech_created(
         self, speech_id: str, *, within: str | None = None, asks_memory: bool = False

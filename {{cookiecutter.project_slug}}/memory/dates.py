@@ -6,11 +6,13 @@ reads is local.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import logging
 import os
 import re
-from datetime import datetime, tzinfo
+import time
+from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 logger = logging.getLogger("memory")
@@ -37,11 +39,40 @@ def deployment_zone() -> tzinfo:
                 f"{TIMEZONE_SETTING}={name!r} is not a time zone name such as America/Los_Angeles"
             ) from None
     link = os.path.realpath("/etc/localtime")
-    for candidate in (os.getenv("TZ", "").lstrip(":"), link.partition("zoneinfo/")[2]):
+    rule = os.getenv("TZ", "").lstrip(":")
+    for candidate in (rule, link.partition("zoneinfo/")[2]):
         with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
             if candidate:
                 return ZoneInfo(candidate)
-    return datetime.now().astimezone().tzinfo or ZoneInfo("UTC")
+        if rule:  # a POSIX rule ("EST5EDT,M3.2.0,M11.1.0"): the C library reads it
+            break
+    return MachineZone()
+
+
+class MachineZone(tzinfo):
+    """The machine's zone as the C library reads it (``time.localtime``): for a TZ
+    that is a POSIX rule with no IANA name, such as ``EST5EDT,M3.2.0,M11.1.0``
+    (POSIX.1-2017, 8.3 "TZ"), each instant gets the offset and abbreviation the
+    machine's own clock shows, summer time included."""
+
+    def _at(self, dt: datetime | None) -> time.struct_time:
+        if dt is None:
+            return time.localtime()
+        wall = dt.replace(tzinfo=None).timetuple()
+        return time.localtime(time.mktime((*wall[:8], -1)))
+
+    def utcoffset(self, dt: datetime | None) -> timedelta:
+        return timedelta(seconds=self._at(dt).tm_gmtoff)
+
+    def dst(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def tzname(self, dt: datetime | None) -> str:
+        return self._at(dt).tm_zone
+
+    def fromutc(self, dt: datetime) -> datetime:
+        at = calendar.timegm(dt.utctimetuple())
+        return dt + timedelta(seconds=time.localtime(at).tm_gmtoff)
 
 
 UTC_KEYS = frozenset(

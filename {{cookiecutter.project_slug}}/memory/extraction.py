@@ -23,6 +23,7 @@ from .privacy import mask_sensitive
 from .records import Exchange
 from .store import MemoryStore
 from .text import clip
+from .words import STOPWORDS, stem
 
 EXTRACT_TIMEOUT = 2.5
 """Seconds the model may take to answer the extraction request; never more than is
@@ -82,24 +83,22 @@ def parse_extracted(
     answer: str, exchanges: Sequence[Exchange], numbers: Sequence[int], first: int = 1
 ) -> list[Extracted]:
     """The facts in the model's ``answer`` (``EXTRACT_INSTRUCTIONS``'s JSON, maybe
-    fenced in markdown), at most ``EXTRACT_MAX_FACTS``. A fact is dropped, so the
-    model cannot invent one, when it cites no exchange in ``numbers`` (those sent),
-    when none of its value's words is in the caller's words of the exchange it cites,
-    or when its kind or value is empty or too long (``Fact.of``).
+    fenced in markdown or followed by chatter), at most ``EXTRACT_MAX_FACTS``. A
+    fact is dropped, so the model cannot invent one, when it cites no exchange in
+    ``numbers`` (those sent), when any content word of its value (stop words aside,
+    compared by stem) is not in the caller's words of the exchange it cites, when
+    the caller denied it there ("my name is not Maria"), or when its kind or value
+    is empty or too long (``Fact.of``). A list value gives one fact per item; any
+    other value that is not text or a number is dropped. Of values of one kind that
+    say the same ("peanuts", "peanut allergy": one's content stems hold the
+    other's), the shorter is kept.
 
-    Raises ValueError when the answer is not a JSON object with a list of facts."""
-    text = answer or ""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        raise ValueError(f"no JSON object in the answer: {clip(text, 80)!r}")
-    data = json.loads(text[start : end + 1])  # json.JSONDecodeError is a ValueError
-    facts = _facts_list(data)
+    Raises ValueError when the answer holds no JSON object with a list of facts."""
+    facts = _facts_list(_first_object(answer or ""))
     if facts is None:
         raise ValueError('the answer has no "facts" list')
     found: list[Extracted] = []
     for item in facts:
-        if len(found) == EXTRACT_MAX_FACTS:
-            break
         if not isinstance(item, dict):
             continue
         n = item.get("exchange")
@@ -107,14 +106,45 @@ def parse_extracted(
             n = int(n)
         if not isinstance(n, int) or isinstance(n, bool) or n not in numbers:
             continue
-        try:
-            fact = Fact.of(str(item.get("kind") or ""), str(item.get("value") or ""))
-        except InvalidFactError:
-            continue
         said = exchanges[n - first]
-        if _words(fact.value, content=True) & _words(said.user_text):
-            found.append(Extracted(fact, said))
-    return found
+        for value in _values(item.get("value")):
+            try:
+                fact = Fact.of(str(item.get("kind") or ""), value)
+            except InvalidFactError:
+                continue
+            if _said(fact.value, said.user_text):
+                found = _kept(found, Extracted(fact, said))
+    return found[:EXTRACT_MAX_FACTS]
+
+
+def _first_object(text: str) -> object:
+    # The first JSON object in the answer, whatever comes after it (a closing
+    # remark with a brace of its own once made the whole answer unreadable).
+    decoder = json.JSONDecoder()
+    at = text.find("{")
+    for _ in range(20):
+        if at < 0:
+            break
+        try:
+            data, _end = decoder.raw_decode(text, at)
+        except ValueError:
+            at = text.find("{", at + 1)
+            continue
+        if isinstance(data, dict):
+            return data
+        at = text.find("{", at + 1)
+    raise ValueError(f"no JSON object in the answer: {clip(text, 80)!r}")
+
+
+def _values(value: object) -> list[str]:
+    # text or a number as it reads; a list, item by item; a dict or anything else:
+    # nothing (str() of it is Python's repr, never the caller's words)
+    items = value if isinstance(value, list) else [value]
+    return [
+        str(v)
+        for v in items
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool)
+    ]
 
 
 def _facts_list(data: object) -> list[object] | None:
@@ -122,9 +152,49 @@ def _facts_list(data: object) -> list[object] | None:
     return facts if isinstance(facts, list) else None
 
 
-def _words(text: str, *, content: bool = False) -> set[str]:
-    words = set(re.findall(r"\w+", text.casefold()))
-    return {w for w in words if len(w) > 2} or words if content else words
+_NEGATIONS = frozenset(
+    stem(w)
+    for w in ("not", "no", "never", "t", "neither", "nor", "none", "nobody", "nothing")
+)
+"""Words (as stems) that deny what follows ("isn't" is "isn", "t" as words)."""
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
+
+
+def _content(text: str) -> set[str]:
+    words = _tokens(text)
+    content = {stem(w) for w in words if len(w) > 2 and w not in STOPWORDS}
+    return content or {stem(w) for w in words}
+
+
+def _said(value: str, turn: str) -> bool:
+    """Every content word of ``value`` is in ``turn``, and not right after a denial
+    there (within the three words before it)."""
+    wanted = _content(value)
+    words = [stem(w) for w in _tokens(turn)]
+    if not wanted or not wanted <= set(words):
+        return False
+    for word in wanted:
+        places = [i for i, w in enumerate(words) if w == word]
+        if all(_NEGATIONS & set(words[max(0, i - 3) : i]) for i in places):
+            return False
+    return True
+
+
+def _kept(found: list[Extracted], new: Extracted) -> list[Extracted]:
+    # one value of a kind said in other words is one fact: the shorter wording
+    ours = _content(new.fact.value)
+    for i, old in enumerate(found):
+        if old.fact.kind != new.fact.kind:
+            continue
+        theirs = _content(old.fact.value)
+        if ours <= theirs or theirs <= ours:
+            if len(new.fact.value) < len(old.fact.value):
+                found = [*found[:i], new, *found[i + 1 :]]
+            return found
+    return [*found, new]
 
 
 class FactExtraction:

@@ -12,14 +12,37 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import FAIL_OPEN
-from .limits import INLINE_TEXT_CHARS
+from .limits import INLINE_TEXT_CHARS, MAX_TURN_CHARS
 from .privacy import mask_sensitive
+from .voicemail import screened
 
 if TYPE_CHECKING:
     from .call import CallMemory
 
 Message = tuple[Any, ...]
 """(role, item_id, text, interrupted, created_at, speech_id), as ``capture`` got it."""
+
+
+def accept(call: CallMemory, message: Message) -> None:
+    """Take a message ``CallMemory.capture`` accepted: bounded to ``MAX_TURN_CHARS``
+    before any pass over it (logged once per call), then taken at once, or masked on
+    a thread first when it is long or others wait already."""
+    role, item_id, text, interrupted, created_at, speech_id = message
+    if text and len(text) > MAX_TURN_CHARS:
+        call.warn(
+            "long",
+            "a message of %d characters is kept to its first %d (MAX_TURN_CHARS)",
+            len(text),
+            MAX_TURN_CHARS,
+        )
+        text = text[:MAX_TURN_CHARS]
+    if role == "user" and screened(call, text):  # an outbound call's voicemail
+        return
+    message = (role, item_id, text, interrupted, created_at, speech_id)
+    if call.backlog or (call.masking and len(text or "") > INLINE_TEXT_CHARS):
+        call.backlog.put(message)
+    else:
+        take(call, message, masked=False)
 
 
 def take(call: CallMemory, message: Message, *, masked: bool) -> None:

@@ -156,9 +156,11 @@ class TurnPairing:
                 # a late transcript takes the replies of no speech's turn made after it
                 changed += self._take(
                     turn,
-                    lambda r: r.at >= at
-                    and self._replayed(r.at) == self._replayed(at)
-                    and self._answers(r.speech_id) is None,
+                    lambda r: (
+                        r.at >= at
+                        and self._replayed(r.at) == self._replayed(at)
+                        and self._answers(r.speech_id) is None
+                    ),
                     only=[before]
                     if before is not None and before.speech_id is None
                     else [],

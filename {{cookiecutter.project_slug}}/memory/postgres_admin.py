@@ -158,14 +158,18 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
         ),
         (
             not owner,
-            f"role {role} must not own the tables (owners bypass row-level "
-            f"security): it {'owns them' if owner else 'does not'}",
+            (
+                f"role {role} must not own the tables (owners bypass row-level "
+                f"security): it {'owns them' if owner else 'does not'}"
+            ),
         ),
         (
             rls_on == len(TABLES) + len(COUNTS) + len(MARKS),
-            f"row-level security must be on for "
-            f"{', '.join((*TABLES, *COUNTS, *MARKS))} in schema {s}: it is on for "
-            f"{rls_on} of {len(TABLES) + len(COUNTS) + len(MARKS)}",
+            (
+                "row-level security must be on for "
+                f"{', '.join((*TABLES, *COUNTS, *MARKS))} in schema {s}: it is on "
+                f"for {rls_on} of {len(TABLES) + len(COUNTS) + len(MARKS)}"
+            ),
         ),
         (
             bound == tenant,
@@ -173,8 +177,10 @@ def isolation_report(url: str) -> list[tuple[bool, str]]:
         ),
         (
             remap is False,
-            f"role {role} must not be able to change {s}.tenant_roles: it "
-            + ("can" if remap else "cannot" if remap is False else "has no such table"),
+            (
+                f"role {role} must not be able to change {s}.tenant_roles: it "
+                + ("can" if remap else "cannot" if remap is False else "has no table")
+            ),
         ),
     ]
 

@@ -14,6 +14,16 @@ import memory
 from tests.scripted_llm import ScriptedLLM, first_reply
 from tests.store_fixtures import store_url  # noqa: F401  (the backend's fixture)
 
+TEST_RECALL_BUDGET = 10.0
+"""Seconds a reply waits for recall in these tests, instead of RECALL_BUDGET (0.25):
+what recall found must not depend on how loaded the machine is. A test about the
+budget itself gives its call a ``recall_budget`` (and a slow store)."""
+
+
+@pytest.fixture(autouse=True)
+def recall_has_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory.limits, "RECALL_BUDGET", TEST_RECALL_BUDGET)
+
 
 @pytest.fixture
 async def store(store_url: str) -> AsyncIterator[memory.MemoryStore]:  # noqa: F811

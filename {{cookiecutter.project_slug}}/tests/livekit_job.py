@@ -140,7 +140,12 @@ def _child(spec: dict[str, Any]) -> int:
     from livekit.protocol import models
 
     import agent
+    import memory.limits
+    from tests.conftest import TEST_RECALL_BUDGET
     from tests.scripted_llm import Slow, ToolCall
+
+    # what recall finds must not depend on the machine's speed (tests/conftest.py)
+    memory.limits.RECALL_BUDGET = TEST_RECALL_BUDGET
     from tests.scripted_speech import ScriptedSTT, SilentTTS
 
     def reply(r: Any) -> Any:

@@ -917,3 +917,26 @@ def test_a_memory_url_is_read_without_the_spaces_around_it_and_never_shows_a_pas
     with pytest.raises(memory.InvalidStoreUrlError) as refused:
         memory.open_store("1db://memory_app:s3cret@db.example.com/app")
     assert "s3cret" not in str(refused.value) and "***" in str(refused.value)
+
+
+def test_a_posix_tz_rule_shows_dates_as_the_machines_clock_does(monkeypatch):
+    # TZ=EST5EDT,M3.2.0,M11.1.0 is valid for the C library but no IANA name: the
+    # block was in UTC while the machine's clock was in EST.
+    import time as clock
+
+    monkeypatch.delenv("MEMORY_TIMEZONE", raising=False)
+    monkeypatch.setenv("TZ", "EST5EDT,M3.2.0,M11.1.0")
+    clock.tzset()
+    try:
+        zone = memory.dates.deployment_zone()
+        summer = calendar.timegm((2026, 7, 1, 3, 0, 0))  # 23:00 EDT the day before
+        winter = calendar.timegm((2026, 1, 15, 4, 30, 0))  # 23:30 EST the day before
+        assert memory.dates.local_date(summer, zone, "%Y-%m-%d %H:%M %Z") == (
+            "2026-06-30 23:00 EDT"
+        )
+        assert memory.dates.local_date(winter, zone, "%Y-%m-%d %H:%M %Z") == (
+            "2026-01-14 23:30 EST"
+        )
+    finally:
+        monkeypatch.undo()
+        clock.tzset()

@@ -54,7 +54,7 @@ async def test_recall_and_save_are_spans_in_livekits_traces(store, spans):
     for span in recalls:
         attributes = dict(span.attributes)
         assert attributes["memory.outcome"] == "hit" and attributes["memory.rows"] == 1
-        assert attributes["memory.budget_ms"] == memory.RECALL_BUDGET * 1000
+        assert attributes["memory.budget_ms"] == memory.limits.RECALL_BUDGET * 1000
         lasted_ms = (span.end_time - span.start_time) / 1e6
         assert attributes["memory.duration_ms"] == pytest.approx(lasted_ms, abs=0.001)
         # under the LiveKit span of the reply it served
@@ -115,6 +115,8 @@ async def test_each_call_ends_with_one_log_line_of_its_memory_figures(store, cap
         r.getMessage() for r in caplog.records if "recalls, p50" in r.getMessage()
     ]
     assert line.startswith("memory: call call-1: 3 recalls, p50 ")
-    assert "p95 " in line and "(budget 250 ms)" in line
+    assert (
+        "p95 " in line and f"(budget {memory.limits.RECALL_BUDGET * 1000:g} ms)" in line
+    )
     # the greeting and 2 turns; pending: those still being written when the call ended
     assert re.search(r"exchanges saved 3, pending \d, lost 0$", line), line
