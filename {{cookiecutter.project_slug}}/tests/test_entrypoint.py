@@ -204,7 +204,15 @@ async def test_a_store_that_cannot_be_opened_costs_memory_not_the_call(
     assert job["returncode"] == 0, job["log"][-4000:]
     assert job["history"][-1] == ["assistant", "Yes?"]
     assert "Traceback" not in job["log"], job["log"][-4000:]
-    errors = [line for line in job["log"].splitlines() if line.startswith("ERROR")]
+    errors = [
+        line
+        for line in job["log"].splitlines()
+        if line.startswith("ERROR")
+        # (a PostgreSQL store that opens while its server is down keeps the call's
+        # exchanges to retry, and says at the end which were not saved: that report
+        # is the write path's, not the opening's)
+        and "not saved before the call closed" not in line
+    ]
     assert len(errors) == 1 and named in errors[0], job["log"][-4000:]
     (block,) = blocks(job["requests"][-1])
     assert block.startswith(memory.MEMORY_UNAVAILABLE)
