@@ -20,18 +20,29 @@ K1, B = 1.2, 0.75
 def query_terms(text: str) -> list[str]:
     """The content words of what the caller said, lower-cased, at most
     ``MAX_QUERY_TERMS``. A word is a run of letters and digits, so nothing the caller
-    says is read as tsquery syntax."""
-    terms: list[str] = []
-    for word in re.findall(r"[^\W_]+", text.lower()):
-        if word not in STOPWORDS and len(word) > 1 and word not in terms:
-            terms.append(word)
-    return terms[:MAX_QUERY_TERMS]
+    says is read as tsquery syntax. Linear in the text: words are read one at a time
+    and reading stops at the limit (a 1 MB turn of distinct words is read up to its
+    24th content word)."""
+    terms: dict[str, None] = {}  # a dict keeps the order and finds repeats at once
+    for match in _TERM_RE.finditer(text):
+        word = match.group().lower()
+        if word not in STOPWORDS and len(word) > 1:
+            terms[word] = None
+            if len(terms) == MAX_QUERY_TERMS:
+                break
+    return list(terms)
 
 
-def tsquery(text: str) -> str | None:
-    """What the caller said as a ``to_tsquery`` argument: its ``query_terms``, each
-    quoted, joined by ``|`` (OR). None when nothing is left to search for."""
-    return " | ".join(f"'{t}'" for t in query_terms(text)) or None
+_TERM_RE = re.compile(r"[^\W_]+")
+
+
+def tsquery(terms: list[str] | str) -> str | None:
+    """What the caller said as a ``to_tsquery`` argument: its ``query_terms`` (or
+    the text, read with them), each quoted, joined by ``|`` (OR). None when nothing
+    is left to search for."""
+    if isinstance(terms, str):
+        terms = query_terms(terms)
+    return " | ".join(f"'{t}'" for t in terms) or None
 
 
 # PostgreSQL's parser keeps a run of Chinese, Japanese or Thai characters, or a Korean
@@ -57,10 +68,13 @@ def query_pairs(text: str) -> list[str]:
     return [w for w in query_words(text) if searched_by_pairs(w)]
 
 
-def pair_query(text: str) -> str | None:
+def pair_query(pairs: list[str] | str) -> str | None:
     """What the caller said as a ``tsquery`` literal over the ``pairs`` column: its
-    ``query_pairs`` joined by ``|``. None when there are none."""
-    return " | ".join(_lexeme(w) for w in query_pairs(text)) or None
+    ``query_pairs`` (or the text, read with them) joined by ``|``. None when there
+    are none."""
+    if isinstance(pairs, str):
+        pairs = query_pairs(pairs)
+    return " | ".join(_lexeme(w) for w in pairs) or None
 
 
 def _lexeme(word: str) -> str:

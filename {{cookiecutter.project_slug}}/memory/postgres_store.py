@@ -262,15 +262,18 @@ class PostgresStore:
         limit: int = RECALL_EXCHANGES,
         exclude_call_id: str | None = None,
     ) -> Recall:
-        q = tsquery(query) if limit > 0 else None
-        p = pair_query(query) if limit > 0 else None
+        # what was said is read once, in the call's event loop: linear, up to the limit
+        terms = query_terms(query) if limit > 0 else []
+        q = tsquery(terms)
+        pairs = query_pairs(query) if limit > 0 else []
+        p = pair_query(pairs)
         args = {
             "t": self.target.tenant,
             "c": caller_id,
             "q": q,
             "p": p,
-            "w": " ".join(query_terms(query)),
-            "pw": query_pairs(query),
+            "w": " ".join(terms),
+            "pw": pairs,
             "x": exclude_call_id,
         }
 

@@ -29,7 +29,13 @@ import psycopg
 import pytest
 
 import memory
-from memory import postgres_pool, postgres_schema, postgres_store
+from memory import (
+    postgres_pool,
+    postgres_schema,
+    postgres_search,
+    postgres_store,
+    words,
+)
 from tests.doubles import make_exchange
 from tests.livekit_job import run_job
 from tests.store_fixtures import own_schema, server_or_skip, with_params
@@ -99,6 +105,32 @@ async def test_recall_ranks_by_ts_rank_cd_and_searches_through_the_gin_index(
             )
         )
     assert "exchanges_search" in plan
+
+
+class CountedWords(frozenset):
+    """STOPWORDS that count how many words were looked up in them."""
+
+    looked_up = 0
+
+    def __contains__(self, word: object) -> bool:
+        CountedWords.looked_up += 1
+        return super().__contains__(word)
+
+
+async def test_a_recall_reads_what_was_said_once_and_stops_at_the_last_query_word(
+    store, monkeypatch
+):
+    # A 1 MB turn held the event loop 1.34 s: its words were read twice per recall,
+    # each to the end, and each compared with every word kept so far (quadratic).
+    await store.save(make_exchange(1, text="word00007 in a note"))
+    counted = CountedWords(words.STOPWORDS)
+    for module in (words, postgres_search):
+        monkeypatch.setattr(module, "STOPWORDS", counted)
+    said = " ".join(f"word{n:05d}" for n in range(20_000))  # all distinct
+    recall = await store.recall(ALICE, said)
+    assert [e.user_text for e in recall.exchanges] == ["word00007 in a note"]
+    # one pass, up to the 24th content word (and the pairs' one, which stops too)
+    assert CountedWords.looked_up <= 4 * words.MAX_QUERY_WORDS
 
 
 async def test_a_rare_word_outranks_a_word_the_caller_says_all_the_time(store):
