@@ -52,13 +52,18 @@ from .postgres_schema import (
     upgrade_sql,
 )
 from .postgres_search import (
+    CALLER_SIZE,
     EXCHANGE,
-    SEARCH,
-    pair_query,
-    pair_vector,
-    query_pairs,
-    query_terms,
-    tsquery,
+    WORD_COUNTS,
+    Plan,
+    caller_prefix,
+    exchange_words,
+    pick,
+    plan,
+    query_lexemes,
+    ranking_args,
+    ranking_sql,
+    row_exchange,
 )
 from .records import Exchange, Recall, Summary
 from .store import PURGEABLE
@@ -78,9 +83,6 @@ __all__ = [
     "PostgresStore",
     "Target",
     "open_store",
-    "pair_query",
-    "pair_vector",
-    "tsquery",
     "upgrade",
     "upgrade_sql",
 ]
@@ -100,16 +102,19 @@ QUERIES = {
     "lock caller": "SELECT pg_advisory_xact_lock(hashtextextended(%(t)s || '/' || %(c)s, 0))",
     "summaries": "SELECT call_id, text, created_at FROM {s}.summaries"
     " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
-    "search": SEARCH,
+    "word counts": WORD_COUNTS,
+    "caller size": CALLER_SIZE,
     "exchanges": f"SELECT {EXCHANGE} FROM {{s}}.exchanges"
     " WHERE tenant = %(t)s AND caller_id = %(c)s"
     " AND (%(call)s::text IS NULL OR call_id = %(call)s) ORDER BY created_at, seq",
     "save": "INSERT INTO {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
-    " assistant_text, interrupted, item_ids, created_at, pairs) VALUES (%(t)s, %(c)s,"
-    " %(key)s, %(call)s, %(user)s, %(reply)s, %(cut)s, %(items)s, %(at)s, %(pairs)s)"
+    " assistant_text, interrupted, item_ids, created_at, user_words, reply_words,"
+    " day_words) VALUES (%(t)s, %(c)s, %(key)s, %(call)s, %(user)s, %(reply)s,"
+    " %(cut)s, %(items)s, %(at)s, %(uw)s, %(rw)s, %(dw)s)"
     " ON CONFLICT (tenant, caller_id, key) DO UPDATE SET user_text = excluded.user_text,"
     " assistant_text = excluded.assistant_text, interrupted = excluded.interrupted,"
-    " item_ids = excluded.item_ids, pairs = excluded.pairs"
+    " item_ids = excluded.item_ids, user_words = excluded.user_words,"
+    " reply_words = excluded.reply_words"
     # a retried save of the same version writes nothing (no new row version to index)
     " WHERE (exchanges.user_text, exchanges.assistant_text, exchanges.interrupted,"
     " exchanges.item_ids) IS DISTINCT FROM (excluded.user_text, excluded.assistant_text,"
@@ -167,7 +172,7 @@ class PostgresStore:
             "cut": e.interrupted,
             "items": list(e.item_ids),
             "at": e.created_at,
-            "pairs": pair_vector(f"{e.user_text} {e.assistant_text}"),
+            **exchange_words(self.target.tenant, e),  # what the turns are made of
         }
         await self._pool.write(e.caller_id, [(self._sql["save"], args)], "a save")
 
@@ -263,19 +268,9 @@ class PostgresStore:
         exclude_call_id: str | None = None,
     ) -> Recall:
         # what was said is read once, in the call's event loop: linear, up to the limit
-        terms = query_terms(query) if limit > 0 else []
-        q = tsquery(terms)
-        pairs = query_pairs(query) if limit > 0 else []
-        p = pair_query(pairs)
-        args = {
-            "t": self.target.tenant,
-            "c": caller_id,
-            "q": q,
-            "p": p,
-            "w": " ".join(terms),
-            "pw": pairs,
-            "x": exclude_call_id,
-        }
+        prefix = caller_prefix(self.target.tenant, caller_id)
+        lexemes = query_lexemes(prefix, query) if limit > 0 else []
+        args = {"t": self.target.tenant, "c": caller_id, "w": lexemes}
 
         async def work(conn: psycopg.AsyncConnection) -> Recall:
             async with conn.pipeline():  # the queries go in one round trip
@@ -283,18 +278,50 @@ class PostgresStore:
                 summaries = await conn.execute(
                     self._sql["summaries"], {**args, "n": RECENT_SUMMARIES}
                 )
-                found = (
-                    await conn.execute(self._sql["search"], {**args, "n": limit})
-                    if q or p
-                    else None
-                )
+                if lexemes:
+                    counts = await conn.execute(self._sql["word counts"], args)
+                    size = await conn.execute(self._sql["caller size"], args)
+            found: tuple[tuple[Exchange, ...], tuple[str, ...]] = ((), ())
+            if lexemes:
+                sizes = await size.fetchone() or (0, 0)
+                how = plan(lexemes, dict(await counts.fetchall()), *sizes)
+                if how is not None:
+                    found = await self._ranked(
+                        conn, how, caller_id, exclude_call_id, limit
+                    )
             return Recall(
                 tuple(Fact(*r) for r in await facts.fetchall()),
                 tuple(Summary(*r) for r in await summaries.fetchall()),
-                tuple(_exchange(r) for r in await found.fetchall()) if found else (),
+                *found,
             )
 
         return await self._pool.read(work)
+
+    async def _ranked(
+        self,
+        conn: psycopg.AsyncConnection,
+        how: Plan,
+        caller_id: str,
+        exclude_call_id: str | None,
+        limit: int,
+    ) -> tuple[tuple[Exchange, ...], tuple[str, ...]]:
+        # The best turns, then their exchanges (``pick``); more turns are asked for
+        # when repeated words left fewer than ``limit`` exchanges.
+        sql = ranking_sql(self.target.schema, len(how.ranked), how.capped)
+        args = {
+            "t": self.target.tenant,
+            "c": caller_id,
+            "x": exclude_call_id,
+            **ranking_args(how),
+        }
+        want = limit * 3
+        while True:
+            rows = await (await conn.execute(sql, {**args, "n": want})).fetchall()
+            turns = [(r[0], row_exchange(r[1:])) for r in rows]
+            exchanges, sides = pick(turns, limit)
+            if len(exchanges) == limit or len(turns) < want:
+                return exchanges, sides
+            want *= 4
 
     async def history(self, caller_id: str) -> list[Fact]:
         return [
@@ -305,7 +332,9 @@ class PostgresStore:
         self, caller_id: str, *, call_id: str | None = None
     ) -> list[Exchange]:
         args = {"c": caller_id, "call": call_id}
-        return [_exchange(r) for r in await self._fetch(self._sql["exchanges"], args)]
+        return [
+            row_exchange(r) for r in await self._fetch(self._sql["exchanges"], args)
+        ]
 
     async def summaries(self, caller_id: str) -> list[Summary]:
         args = {"c": caller_id, "n": None}  # LIMIT NULL: all of them
@@ -338,29 +367,6 @@ class PostgresStore:
             ).fetchall()
 
         return await self._pool.read(work)
-
-
-def _exchange(row: tuple) -> Exchange:
-    (
-        key,
-        caller_id,
-        call_id,
-        user_text,
-        assistant_text,
-        interrupted,
-        item_ids,
-        created_at,
-    ) = row
-    return Exchange(
-        key,
-        caller_id,
-        call_id,
-        user_text,
-        assistant_text,
-        interrupted,
-        tuple(item_ids),
-        created_at,
-    )
 
 
 if __name__ == "__main__":  # uv run -m memory.postgres_store <command>
