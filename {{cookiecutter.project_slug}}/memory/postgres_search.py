@@ -181,10 +181,11 @@ def ranking_sql(schema: str, lexemes: int, capped: bool) -> str:
             f"SELECT key, side, seq, created_at, size, words FROM {schema}.turns"
             " WHERE tenant = %(t)s AND caller_id = %(c)s"
             " AND ts_match_vq(words, CAST(%(m)s AS tsquery))"
-            " AND call_id IS DISTINCT FROM %(x)s"
+            f" AND call_id IS DISTINCT FROM %(x)s ORDER BY seq DESC LIMIT {MAX_RANKED}"
         )
     else:
-        # the turns holding the selecting lexemes, at most MAX_RANKED: the caller's
+        # the turns holding the selecting lexemes, at most MAX_RANKED (``plan``
+        # chose them so; no sort of the rows, which are wide): the caller's
         # GIN lists (the lexemes carry the caller's prefix); no other condition in
         # the scan, so no other index is chosen, and the rows are the caller's
         # (a prefix shared with another caller is filtered out next)
@@ -203,7 +204,7 @@ def ranking_sql(schema: str, lexemes: int, capped: bool) -> str:
         f"%(i{i})s * f{i} * {K1 + 1} / (f{i} + {norm})" for i in range(lexemes)
     )
     return (
-        f"WITH found AS ({found} ORDER BY seq DESC LIMIT {MAX_RANKED}),"
+        f"WITH found AS ({found}),"
         # each lexeme's weighted count in each turn (OFFSET 0: computed once)
         f" counted AS (SELECT key, side, seq, created_at, size, {tfs} FROM found"
         " OFFSET 0),"

@@ -128,6 +128,29 @@ async def test_recall_ranks_single_turns_and_reads_only_the_callers_gin_lists(
     assert postgres_search.caller_prefix("default", ALICE) + "lantern" in plan
 
 
+async def test_a_question_of_words_in_most_turns_ranks_only_the_newest_that_hold_them(
+    store, store_url, monkeypatch
+):
+    # A caller with thousands of exchanges who says "coffee" in most: the search
+    # ranks a bounded number of turns (MAX_RANKED, here 4), the newest, found by
+    # walking the caller's turns back in time, not every match.
+    monkeypatch.setattr(postgres_search, "MAX_RANKED", 4)
+    postgres_search.ranking_sql.cache_clear()
+    for n in range(10):
+        await store.save(
+            make_exchange(n, text=f"coffee number {n}", call_id=f"c{n}", at=1000.0 + n)
+        )
+    recall = await store.recall(ALICE, "coffee?")
+    # 4 turns: the newest two exchanges' (each side holds or neighbours the word)
+    assert [e.user_text for e in recall.exchanges] == [
+        f"coffee number {n}" for n in (9, 8)
+    ]
+    assert "Index Scan Backward using turns_by_seq" in ranking_plan(
+        store_url, ALICE, "coffee?"
+    )
+    postgres_search.ranking_sql.cache_clear()
+
+
 async def test_the_answer_to_a_question_is_found_by_the_question_s_words(store):
     # The reply's turn holds its exchange's other side as context (weight 0.5): the
     # caller asked about the dentist, the answer said when; and the next exchange
