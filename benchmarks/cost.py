@@ -343,6 +343,28 @@ def postgres_schemas(url: str, sizes: list[int], seed: int) -> dict[int, tuple[s
     return made
 
 
+def server_cpu(target: Any) -> float:
+    """Seconds of CPU the server's backends of the store's pool have used (from
+    /proc: the server runs on this machine), found as the backends whose last query
+    named the schema; the clock ticks are 10 ms, so only a mean over many recalls
+    means anything."""
+    with target.connect(autocommit=True) as conn:
+        pids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                " AND position(%s IN query) > 0",
+                [target.schema + "."],
+            )
+        ]
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 async def measure_postgres(url: str, rng: random.Random, recalls: int) -> dict[str, Any]:
     """As ``measure``, on the postgres store (no bare FTS5 there)."""
     import psycopg
@@ -383,16 +405,21 @@ async def measure_postgres(url: str, rng: random.Random, recalls: int) -> dict[s
             }
             times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in kinds}
             hits = dict.fromkeys(kinds, 0)
+            server: dict[str, float] = {}
             for name, fn in kinds.items():
                 for i, (q, target_row) in enumerate(zip(asked, targets, strict=True)):
+                    if i == 20:
+                        before = server_cpu(target)
                     t, c = time.perf_counter(), time.process_time()
                     result = await fn(q)
                     if i >= 20:
                         times[name][1].append(time.process_time() - c)
                         times[name][0].append(time.perf_counter() - t)
                         hits[name] += found[name](result, target_row)
+                server[name] = (server_cpu(target) - before) / recalls * 1000
             out[caller] = {"exchanges": len(rows)} | {
-                f"{name}_ms": stats(*times[name]) | {"found": hits[name] / recalls}
+                f"{name}_ms": stats(*times[name])
+                | {"found": hits[name] / recalls, "server_cpu_mean": server[name]}
                 for name in kinds
             }
     finally:
@@ -479,8 +506,9 @@ def postgres_table(result: dict[str, Any]) -> str:
     kinds = ("store_recall_ms", "block_for_ms")
     lines = [
         "| rows in the schema | caller | store recall p50 / p95 ms | block_for p50 / p95"
-        " ms | CPU ms p50 / p95 (this process): recall, block_for | found: store | size | load |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        " ms | CPU ms p50 / p95 (this process): recall, block_for | server CPU ms per"
+        " call, mean: recall, block_for | found: store | size | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in result["results"]:
         load = "{:.1f} / {:.1f}".format(row["loadavg_before"][0], row["loadavg_after"][0])
@@ -489,8 +517,9 @@ def postgres_table(result: dict[str, Any]) -> str:
             cpu = ", ".join(f"{m[k]['cpu_p50']:.2f} / {m[k]['cpu_p95']:.2f}" for k in kinds)
             lines.append(
                 f"| {row['size']:,} | {'A' if caller == CALLER_A else 'B'}, "
-                f"{m['exchanges']:,} exchanges | {' | '.join(wall)} | {cpu} "
-                f"| {m['store_recall_ms']['found']:.2f} | {row['file_mib']:,} MiB | {load} |"
+                f"{m['exchanges']:,} exchanges | {' | '.join(wall)} | {cpu} | "
+                + ", ".join(f"{m[k].get('server_cpu_mean', 0):.2f}" for k in kinds)
+                + f" | {m['store_recall_ms']['found']:.2f} | {row['file_mib']:,} MiB | {load} |"
             )
     return "\n".join(lines)
 

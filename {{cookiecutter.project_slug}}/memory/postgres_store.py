@@ -3,12 +3,12 @@
 ``MEMORY_URL=postgresql://user:password@host:5432/dbname?schema=livekit_memory&tenant=acme``:
 any libpq URL, plus ``schema`` (default ``livekit_memory``) and ``tenant`` (default
 ``default``). Every row carries the tenant and the caller id, and every query is scoped
-to both. Search is PostgreSQL's own: a ``tsvector`` column and a GIN index; Chinese,
-Japanese, Korean and Thai text is searched by pairs of characters
-(``search_words``) in a second ``tsvector`` the writes fill. What matches is
-ranked by BM25 over the caller's own exchanges, from word counts that triggers on the
-exchanges table keep. Implements ``MemoryStore`` (``store``); ``records`` and
-``facts`` have the types and rules.
+to both. Search ranks single turns, as the SQLite store does (``postgres_search``):
+each side of an exchange is a row of ``turns`` with the words around it and its day,
+in a ``tsvector`` whose lexemes carry the caller's prefix, so its GIN index keeps one
+list per caller and word; the turns found are ranked by BM25 over the caller's own
+turns, from word counts that triggers on the exchanges table keep. Implements
+``MemoryStore`` (``store``); ``records`` and ``facts`` have the types and rules.
 
 Workers never create or change the schema. An operator does, with this module
 (the command is ``postgres_admin``'s, the schema ``postgres_schema``'s):
