@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
-from dataclasses import dataclass
 
 from .dates import date_words
 from .records import Exchange
@@ -111,120 +109,84 @@ MAX_RANKED = 1000
 thousands of exchanges whose question holds a word they say in most of them would
 otherwise pay for every one."""
 
-WORD_COUNTS = (
-    "SELECT w.word, w.turns FROM unnest(CAST(%(w)s AS text[])) l,"
-    # one index lookup per lexeme (LIMIT 1), whatever the statistics say
-    " LATERAL (SELECT word, turns FROM {s}.caller_words WHERE tenant = %(t)s"
-    " AND caller_id = %(c)s AND word = l LIMIT 1) w"
-)
-"""How many of the caller's turns hold each of the lexemes w (``query_lexemes``)."""
-CALLER_SIZE = "SELECT turns, words FROM {s}.caller_sizes WHERE tenant = %(t)s AND caller_id = %(c)s"
-"""The caller's turns and the words they hold in all (BM25's average length)."""
 
+@functools.lru_cache(maxsize=32)
+def search_sql(schema: str, lexemes: int) -> str:
+    """The SQL that ranks a caller's turns for ``lexemes`` query lexemes, in one
+    round trip: parameters t, c (tenant, caller id), w (``query_lexemes``), l0, l1...
+    (each of them as a ``tsquery`` literal; ``search_args``), x (a call id to leave
+    out) and n (how many turns). Returns the best turns, best first, each as its side
+    (0 the caller's, 1 the reply) and its exchange (``EXCHANGE``'s columns).
 
-@dataclass(frozen=True)
-class Plan:
-    """How one search runs: ``match``, the ``tsquery`` literal that selects turns
-    (the rarest lexemes); ``ranked``, every lexeme the caller has, with its inverse
-    document frequency, which ranks them; ``average``, the caller's words per turn;
-    ``capped``: the rarest lexeme alone is in more than MAX_RANKED turns."""
-
-    match: str
-    ranked: tuple[tuple[str, float], ...]
-    average: float
-    capped: bool
-
-
-def plan(
-    lexemes: list[str], counts: dict[str, int], turns: int, words: int
-) -> Plan | None:
-    """The search for ``lexemes`` (``query_lexemes``) given how many of the caller's
-    ``turns`` hold each (``counts``) and the ``words`` of them all; None when the
-    caller has none of them. As ``sqlite_search.search_terms``: rarest first,
-    lexemes select turns while the turns they select stay within ``MAX_RANKED``;
-    the others, common for this caller (they cost the most and tell turns apart the
-    least), only rank the selected ones; the rarest always selects (when it alone is
-    in more than MAX_RANKED turns, the newest MAX_RANKED of them are ranked). The
-    inverse document frequency is FTS5's: ln((N - n + 0.5) / (n + 0.5)), at least
-    1e-6."""
-    found = sorted((n, w) for w in lexemes if (n := counts.get(w, 0)) > 0)
-    if not found:
-        return None
-    select: list[str] = []
-    rows = 0
-    for n, word in found:
-        if select and rows + n > MAX_RANKED:
-            break
-        select.append(word)
-        rows += n
-    ranked = tuple(
-        (w, max(math.log((turns - n + 0.5) / (n + 0.5)), 1e-6)) for n, w in found
-    )
-    match = " | ".join(map(_lexeme, select))
-    return Plan(match, ranked, words / max(turns, 1), rows > MAX_RANKED)
-
-
-@functools.lru_cache(maxsize=64)
-def ranking_sql(schema: str, lexemes: int, capped: bool) -> str:
-    """The SQL that ranks a caller's turns for a ``Plan`` of ``lexemes`` ranked
-    lexemes (``capped``: ``Plan.capped``): parameters t, c (tenant, caller id), m
-    (``Plan.match``), l0, i0, l1, i1... (each ranked lexeme as a ``tsquery`` literal
-    and its idf), a (``Plan.average``), x (a call id to leave out) and n (how many
-    turns). Returns the best turns, best first, each as its side (0 the caller's, 1
-    the reply) and its exchange (``EXCHANGE``'s columns). Its plan does not depend on
-    the table's statistics (the test server, like many, runs without autovacuum)."""
-    if capped:
-        # the selecting lexeme is in more than MAX_RANKED of the caller's turns: the
-        # newest turns, walked back through turns_by_seq (ts_match_vq: @@ in a form no
-        # index serves) until MAX_RANKED hold it
-        found = (
-            f"SELECT key, side, seq, created_at, size, words FROM {schema}.turns"
-            " WHERE tenant = %(t)s AND caller_id = %(c)s"
-            " AND ts_match_vq(words, CAST(%(m)s AS tsquery))"
-            f" AND call_id IS DISTINCT FROM %(x)s ORDER BY seq DESC LIMIT {MAX_RANKED}"
-        )
-    else:
-        # the turns holding the selecting lexemes, at most MAX_RANKED (``plan``
-        # chose them so; no sort of the rows, which are wide): the caller's
-        # GIN lists (the lexemes carry the caller's prefix); no other condition in
-        # the scan, so no other index is chosen, and the rows are the caller's
-        # (a prefix shared with another caller is filtered out next)
-        found = (
-            "SELECT key, side, seq, created_at, size, words FROM (SELECT * FROM"
-            f" {schema}.turns WHERE words @@ CAST(%(m)s AS tsquery) OFFSET 0) f"
-            " WHERE tenant = %(t)s AND caller_id = %(c)s"
-            " AND call_id IS DISTINCT FROM %(x)s"
-        )
+    As ``sqlite_search.search_terms``: the lexemes are counted among the caller's
+    turns (``caller_words``); rarest first, they select turns while the turns they
+    select stay within ``MAX_RANKED``; the others, common for this caller (they cost
+    the most and tell turns apart the least), only rank the selected ones. The rarest
+    always selects: when it alone is in more than MAX_RANKED turns, the newest
+    MAX_RANKED of them are ranked, walked back through turns_by_seq. The inverse
+    document frequency is FTS5's, ln((N - n + 0.5) / (n + 0.5)), at least 1e-6, over
+    the caller's N turns. Its plan does not depend on the tables' statistics (the
+    test server, like many, runs without autovacuum)."""
+    s = schema
+    # each lexeme's weighted count in each turn (OFFSET 0: computed once per turn)
     tfs = ", ".join(
         f"ts_rank_cd('{WEIGHTS}', words, CAST(%(l{i})s AS tsquery), 0) AS f{i}"
         for i in range(lexemes)
     )
-    norm = f"{K1} * ({1 - B} + {B} * size / %(a)s)"
+    norm = f"{K1} * ({1 - B} + {B} * size / (SELECT average FROM size))"
     score = " + ".join(
-        f"%(i{i})s * f{i} * {K1 + 1} / (f{i} + {norm})" for i in range(lexemes)
+        f"(SELECT idf FROM idf WHERE ord = {i + 1}) * f{i} * {K1 + 1} / (f{i} + {norm})"
+        for i in range(lexemes)
     )
+    quoted = _QUOTED
+    mine = "tenant = %(t)s AND caller_id = %(c)s AND call_id IS DISTINCT FROM %(x)s"
     return (
-        f"WITH found AS ({found}),"
-        # each lexeme's weighted count in each turn (OFFSET 0: computed once)
+        # how many of the caller's turns hold each lexeme (one index lookup each)
+        "WITH asked AS MATERIALIZED (SELECT u.ord, u.word, coalesce(w.turns, 0) AS n"
+        " FROM unnest(CAST(%(w)s AS text[])) WITH ORDINALITY u(word, ord)"
+        f" LEFT JOIN LATERAL (SELECT turns FROM {s}.caller_words WHERE tenant = %(t)s"
+        " AND caller_id = %(c)s AND word = u.word LIMIT 1) w ON true),"
+        " size AS MATERIALIZED (SELECT turns, words::float8 / greatest(turns, 1)"
+        f" AS average FROM {s}.caller_sizes WHERE tenant = %(t)s AND caller_id = %(c)s),"
+        " idf AS MATERIALIZED (SELECT ord, greatest(ln((z.turns - a.n + 0.5)"
+        " / (a.n + 0.5))::float8, 1e-6) AS idf FROM asked a, size z),"
+        # the selecting lexemes, rarest first, within MAX_RANKED turns
+        " rarest AS MATERIALIZED (SELECT word, n, row_number() OVER w AS r,"
+        " sum(n) OVER w AS upto FROM asked WHERE n > 0"
+        " WINDOW w AS (ORDER BY n, word ROWS UNBOUNDED PRECEDING)),"
+        f" how AS MATERIALIZED (SELECT CAST(string_agg({quoted}, ' | ') AS tsquery)"
+        f" AS m, bool_or(r = 1 AND n > {MAX_RANKED}) AS capped FROM rarest"
+        f" WHERE upto <= {MAX_RANKED} OR r = 1),"
+        # the selected turns: the caller's GIN lists (the lexemes carry the caller's
+        # prefix; no other condition in that scan, so no other index is chosen; a
+        # prefix shared with another caller is filtered out next), at most
+        # MAX_RANKED by the choice above; or, when capped, the newest that hold the
+        # rarest (ts_match_vq: @@ in a form no index serves). One branch runs.
+        " found AS (SELECT key, side, seq, created_at, size, words FROM (SELECT * FROM"
+        f" {s}.turns WHERE words @@ (SELECT m FROM how) OFFSET 0) f WHERE {mine}"
+        " AND NOT (SELECT capped FROM how) UNION ALL (SELECT key, side, seq,"
+        f" created_at, size, words FROM {s}.turns WHERE {mine}"
+        " AND ts_match_vq(words, (SELECT m FROM how)) AND (SELECT capped FROM how)"
+        f" ORDER BY seq DESC LIMIT {MAX_RANKED})),"
         f" counted AS (SELECT key, side, seq, created_at, size, {tfs} FROM found"
         " OFFSET 0),"
         f" best AS (SELECT key, side, seq, created_at, {score} AS score FROM counted"
         " ORDER BY score DESC, seq DESC LIMIT %(n)s)"
         # their exchanges: by key and time, so that either index finds each at once
         f" SELECT b.side, e.* FROM best b, LATERAL (SELECT {EXCHANGE}"
-        f" FROM {schema}.exchanges WHERE tenant = %(t)s AND caller_id = %(c)s"
+        f" FROM {s}.exchanges WHERE tenant = %(t)s AND caller_id = %(c)s"
         " AND created_at = b.created_at AND key = b.key LIMIT 1) e"
         " ORDER BY b.score DESC, b.seq DESC"
     )
 
 
-def ranking_args(found: Plan) -> dict[str, object]:
-    """``ranking_sql``'s parameters for a plan (the rest are the recall's)."""
-    args: dict[str, object] = {"m": found.match, "a": found.average}
-    for i, (word, idf) in enumerate(found.ranked):
-        args[f"l{i}"] = _lexeme(word)
-        args[f"i{i}"] = idf
-    return args
+# a lexeme as a tsquery literal, in SQL (as _lexeme does in Python)
+_QUOTED = r"'''' || replace(replace(word, '\', '\\'), '''', '''''') || ''''"
+
+
+def search_args(lexemes: list[str]) -> dict[str, object]:
+    """``search_sql``'s parameters for ``lexemes`` (the rest are the recall's)."""
+    return {"w": lexemes} | {f"l{i}": _lexeme(w) for i, w in enumerate(lexemes)}
 
 
 SIDES = ("caller", "reply")

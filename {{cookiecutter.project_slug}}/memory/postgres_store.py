@@ -52,18 +52,14 @@ from .postgres_schema import (
     upgrade_sql,
 )
 from .postgres_search import (
-    CALLER_SIZE,
     EXCHANGE,
-    WORD_COUNTS,
-    Plan,
     caller_prefix,
     exchange_words,
     pick,
-    plan,
     query_lexemes,
-    ranking_args,
-    ranking_sql,
     row_exchange,
+    search_args,
+    search_sql,
 )
 from .records import Exchange, Recall, Summary
 from .store import PURGEABLE
@@ -102,8 +98,6 @@ QUERIES = {
     "lock caller": "SELECT pg_advisory_xact_lock(hashtextextended(%(t)s || '/' || %(c)s, 0))",
     "summaries": "SELECT call_id, text, created_at FROM {s}.summaries"
     " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
-    "word counts": WORD_COUNTS,
-    "caller size": CALLER_SIZE,
     "exchanges": f"SELECT {EXCHANGE} FROM {{s}}.exchanges"
     " WHERE tenant = %(t)s AND caller_id = %(c)s"
     " AND (%(call)s::text IS NULL OR call_id = %(call)s) ORDER BY created_at, seq",
@@ -270,7 +264,9 @@ class PostgresStore:
         # what was said is read once, in the call's event loop: linear, up to the limit
         prefix = caller_prefix(self.target.tenant, caller_id)
         lexemes = query_lexemes(prefix, query) if limit > 0 else []
-        args = {"t": self.target.tenant, "c": caller_id, "w": lexemes}
+        args = {"t": self.target.tenant, "c": caller_id, "x": exclude_call_id}
+        search = search_sql(self.target.schema, len(lexemes))
+        found = {**args, **search_args(lexemes)}
 
         async def work(conn: psycopg.AsyncConnection) -> Recall:
             async with conn.pipeline():  # the queries go in one round trip
@@ -278,50 +274,29 @@ class PostgresStore:
                 summaries = await conn.execute(
                     self._sql["summaries"], {**args, "n": RECENT_SUMMARIES}
                 )
-                if lexemes:
-                    counts = await conn.execute(self._sql["word counts"], args)
-                    size = await conn.execute(self._sql["caller size"], args)
-            found: tuple[tuple[Exchange, ...], tuple[str, ...]] = ((), ())
-            if lexemes:
-                sizes = await size.fetchone() or (0, 0)
-                how = plan(lexemes, dict(await counts.fetchall()), *sizes)
-                if how is not None:
-                    found = await self._ranked(
-                        conn, how, caller_id, exclude_call_id, limit
-                    )
+                want = limit * 3
+                turns = (
+                    await conn.execute(search, {**found, "n": want})
+                    if lexemes
+                    else None
+                )
+            best: tuple[tuple[Exchange, ...], tuple[str, ...]] = ((), ())
+            if turns is not None:
+                rows = await turns.fetchall()
+                best = pick([(r[0], row_exchange(r[1:])) for r in rows], limit)
+                # the same words said again left fewer than limit exchanges: more
+                while len(best[0]) < limit and len(rows) == want:
+                    want *= 4
+                    more = await conn.execute(search, {**found, "n": want})
+                    rows = await more.fetchall()
+                    best = pick([(r[0], row_exchange(r[1:])) for r in rows], limit)
             return Recall(
                 tuple(Fact(*r) for r in await facts.fetchall()),
                 tuple(Summary(*r) for r in await summaries.fetchall()),
-                *found,
+                *best,
             )
 
         return await self._pool.read(work)
-
-    async def _ranked(
-        self,
-        conn: psycopg.AsyncConnection,
-        how: Plan,
-        caller_id: str,
-        exclude_call_id: str | None,
-        limit: int,
-    ) -> tuple[tuple[Exchange, ...], tuple[str, ...]]:
-        # The best turns, then their exchanges (``pick``); more turns are asked for
-        # when repeated words left fewer than ``limit`` exchanges.
-        sql = ranking_sql(self.target.schema, len(how.ranked), how.capped)
-        args = {
-            "t": self.target.tenant,
-            "c": caller_id,
-            "x": exclude_call_id,
-            **ranking_args(how),
-        }
-        want = limit * 3
-        while True:
-            rows = await (await conn.execute(sql, {**args, "n": want})).fetchall()
-            turns = [(r[0], row_exchange(r[1:])) for r in rows]
-            exchanges, sides = pick(turns, limit)
-            if len(exchanges) == limit or len(turns) < want:
-                return exchanges, sides
-            want *= 4
 
     async def history(self, caller_id: str) -> list[Fact]:
         return [
