@@ -274,8 +274,6 @@ def postgres_schemas(url: str, sizes: list[int], seed: int) -> dict[int, tuple[s
     writes them (``postgres_search.exchange_words``) by COPY, their turns then made by
     the store's own SQL (``postgres_schema.TURN_ROWS``) in one statement, and the GIN
     index built after."""
-    import psycopg
-
     made: dict[int, tuple[str, float]] = {}
     for size in sizes:
         schema = f"cost_v{postgres_schema.SCHEMA_VERSION}_l{LAYOUT}_s{seed}_{size}"
@@ -296,24 +294,45 @@ def postgres_schemas(url: str, sizes: list[int], seed: int) -> dict[int, tuple[s
             conn.execute(f"ALTER TABLE {s}.exchanges DISABLE TRIGGER index_inserted")
             conn.execute(f"DROP INDEX {s}.turns_search")
             for batch in generated(size, seed):
-                with conn.transaction(), conn.cursor().copy(
-                    f"COPY {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
-                    " assistant_text, interrupted, item_ids, created_at, user_words,"
-                    " reply_words, day_words) FROM STDIN"
-                ) as copy:
+                with (
+                    conn.transaction(),
+                    conn.cursor().copy(
+                        f"COPY {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
+                        " assistant_text, interrupted, item_ids, created_at, user_words,"
+                        " reply_words, day_words) FROM STDIN"
+                    ) as copy,
+                ):
                     for e in batch:
                         w = postgres_search.exchange_words("default", e)
                         copy.write_row(
-                            ("default", e.caller_id, e.key, e.call_id, e.user_text,
-                             e.assistant_text, False, list(e.item_ids), e.created_at,
-                             w["uw"], w["rw"], w["dw"])
+                            (
+                                "default",
+                                e.caller_id,
+                                e.key,
+                                e.call_id,
+                                e.user_text,
+                                e.assistant_text,
+                                False,
+                                list(e.item_ids),
+                                e.created_at,
+                                w["uw"],
+                                w["rw"],
+                                w["dw"],
+                            )
                         )
                 with conn.transaction():
                     conn.cursor().executemany(
                         f"INSERT INTO {s}.summaries VALUES ('default', %s, %s, %s, %s)"
                         " ON CONFLICT DO NOTHING",
-                        [(e.caller_id, e.call_id, f"{e.user_text}. {e.assistant_text}",
-                          e.created_at) for e in batch[::12]],
+                        [
+                            (
+                                e.caller_id,
+                                e.call_id,
+                                f"{e.user_text}. {e.assistant_text}",
+                                e.created_at,
+                            )
+                            for e in batch[::12]
+                        ],
                     )
                 print(f"{schema}: loaded {len(batch):,} rows", file=sys.stderr)
             for caller, facts in FACTS.items():
@@ -326,9 +345,8 @@ def postgres_schemas(url: str, sizes: list[int], seed: int) -> dict[int, tuple[s
                 )
             conn.execute("SET maintenance_work_mem = '512MB'")
             conn.execute("SET work_mem = '256MB'")
-            conn.execute(
-                f"INSERT INTO {s}.turns {postgres_schema.TURN_ROWS.format(s=s, rows=f'{s}.exchanges')}"
-            )
+            turns = postgres_schema.TURN_ROWS.format(s=s, rows=f"{s}.exchanges")
+            conn.execute(f"INSERT INTO {s}.turns {turns}")
             conn.execute(
                 f"CREATE INDEX turns_search ON {s}.turns USING gin (words) WITH (fastupdate = off)"
             )
@@ -367,8 +385,6 @@ def server_cpu(target: Any) -> float:
 
 async def measure_postgres(url: str, rng: random.Random, recalls: int) -> dict[str, Any]:
     """As ``measure``, on the postgres store (no bare FTS5 there)."""
-    import psycopg
-
     store = memory.open_store(url)
     target = postgres_schema.Target(url)
     out: dict[str, Any] = {}
@@ -424,7 +440,6 @@ async def measure_postgres(url: str, rng: random.Random, recalls: int) -> dict[s
             }
     finally:
         await store.close()
-    del psycopg
     return out
 
 
@@ -561,7 +576,8 @@ def main() -> None:
         "--postgres",
         metavar="URL",
         help="measure the postgres store instead, on this server (a libpq URL without"
-        " parameters); its schemas are built once and kept (cost_v<schema>_l<layout>_s<seed>_<size>)",
+        " parameters); its schemas are built once and kept"
+        " (cost_v<schema>_l<layout>_s<seed>_<size>)",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
