@@ -34,6 +34,7 @@ from memory import (
     postgres_schema,
     postgres_search,
     postgres_store,
+    words,
 )
 from tests.doubles import make_exchange
 from tests.livekit_job import run_job
@@ -161,6 +162,33 @@ async def test_the_answer_to_a_question_is_found_by_the_question_s_words(store):
         "When is my dentist appointment?",
         "Can I move it?",
     ]
+
+
+class CountedWords(frozenset):
+    """STOPWORDS that count how many words were looked up in them."""
+
+    looked_up = 0
+
+    def __contains__(self, word: object) -> bool:
+        CountedWords.looked_up += 1
+        return super().__contains__(word)
+
+
+async def test_a_recall_reads_what_was_said_once_and_stops_at_the_last_query_word(
+    store, monkeypatch
+):
+    # A 1 MB turn held the event loop 1.34 s: its words were read twice per recall,
+    # each to the end, and each compared with every word kept so far (quadratic).
+    await store.save(make_exchange(1, text="word00007 in a note"))
+    counted = CountedWords(words.STOPWORDS)
+    monkeypatch.setattr(words, "STOPWORDS", counted)
+    # (and wherever the search reads them by a name of its own)
+    monkeypatch.setattr(postgres_search, "STOPWORDS", counted, raising=False)
+    said = " ".join(f"word{n:05d}" for n in range(20_000))  # all distinct
+    recall = await store.recall(ALICE, said)
+    assert [e.user_text for e in recall.exchanges] == ["word00007 in a note"]
+    # one pass, up to the 24th content word (40,048 lookups before)
+    assert CountedWords.looked_up <= 4 * words.MAX_QUERY_WORDS
 
 
 async def test_a_rare_word_outranks_a_word_the_caller_says_all_the_time(store):
