@@ -55,7 +55,7 @@ TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 sys.path[:0] = [str(TEMPLATE), str(ROOT / "benchmarks")]
 
 import memory  # noqa: E402
-from memory import sqlite_queries, sqlite_store  # noqa: E402
+from memory import postgres_schema, postgres_search, sqlite_queries, sqlite_store  # noqa: E402
 from scale import FUNCTION_WORDS, Text, caller_of, percentile  # noqa: E402
 
 CALLER_A = "caller-a@example.com"  # 100 exchanges
@@ -251,6 +251,240 @@ async def measure(path: Path, rng: random.Random, recalls: int) -> dict[str, Any
     return out
 
 
+def generated(size: int, seed: int) -> Any:
+    """The rows of ``files``' file of ``size``, in the batches it loads them in (so
+    the same rows get a call summary), from the same seed."""
+    rng = random.Random(seed)
+    text = Text(rng)
+    n = 0
+    for caller, count in OWN.items():
+        for i in range(0, count, 5_000):
+            yield [exchange(text, caller, n + j) for j in range(min(5_000, count - i))]
+            n += min(5_000, count - i)
+    while n < size:
+        step = min(50_000, size - n)
+        yield [exchange(text, caller_of(rng.randrange(10_000)), n + i) for i in range(step)]
+        n += step
+
+
+def postgres_schemas(url: str, sizes: list[int], seed: int) -> dict[int, tuple[str, float]]:
+    """A schema of each size on the server ``url`` names, holding ``files``' rows
+    (facts and summaries alike), built once and kept: named after the schema version,
+    LAYOUT, the seed and the size; with the seconds its fill took. Loaded as the
+    bulk load of an operator would: the exchanges with their word columns as a save
+    writes them (``postgres_search.exchange_words``) by COPY, their turns then made by
+    the store's own SQL (``postgres_schema.TURN_ROWS``) in one statement, and the GIN
+    index built after."""
+    made: dict[int, tuple[str, float]] = {}
+    for size in sizes:
+        schema = f"cost_v{postgres_schema.SCHEMA_VERSION}_l{LAYOUT}_s{seed}_{size}"
+        target = postgres_schema.Target(f"{url}?schema={schema}")
+        with target.connect(autocommit=True) as conn:
+            done = conn.execute(
+                "SELECT obj_description(to_regnamespace(%s), 'pg_namespace')", [schema]
+            ).fetchone()[0]
+        if done:
+            made[size] = (schema, float(done))
+            continue
+        with target.connect(autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        postgres_schema.upgrade(f"{url}?schema={schema}")
+        started = time.perf_counter()
+        with target.connect(autocommit=True) as conn:
+            s = schema
+            conn.execute(f"ALTER TABLE {s}.exchanges DISABLE TRIGGER index_inserted")
+            conn.execute(f"DROP INDEX {s}.turns_search")
+            for batch in generated(size, seed):
+                with (
+                    conn.transaction(),
+                    conn.cursor().copy(
+                        f"COPY {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
+                        " assistant_text, interrupted, item_ids, created_at, user_words,"
+                        " reply_words, day_words) FROM STDIN"
+                    ) as copy,
+                ):
+                    for e in batch:
+                        w = postgres_search.exchange_words("default", e)
+                        copy.write_row(
+                            (
+                                "default",
+                                e.caller_id,
+                                e.key,
+                                e.call_id,
+                                e.user_text,
+                                e.assistant_text,
+                                False,
+                                list(e.item_ids),
+                                e.created_at,
+                                w["uw"],
+                                w["rw"],
+                                w["dw"],
+                            )
+                        )
+                with conn.transaction():
+                    conn.cursor().executemany(
+                        f"INSERT INTO {s}.summaries VALUES ('default', %s, %s, %s, %s)"
+                        " ON CONFLICT DO NOTHING",
+                        [
+                            (
+                                e.caller_id,
+                                e.call_id,
+                                f"{e.user_text}. {e.assistant_text}",
+                                e.created_at,
+                            )
+                            for e in batch[::12]
+                        ],
+                    )
+                print(f"{schema}: loaded {len(batch):,} rows", file=sys.stderr)
+            for caller, facts in FACTS.items():
+                conn.execute(
+                    f"INSERT INTO {s}.facts (tenant, caller_id, kind, value, updated_at,"
+                    " learned_at) SELECT 'default', caller_id, 'note', left(user_text, 60),"
+                    f" created_at, created_at FROM {s}.exchanges WHERE caller_id = %s"
+                    " ORDER BY created_at LIMIT %s",
+                    [caller, facts],
+                )
+            conn.execute("SET maintenance_work_mem = '512MB'")
+            conn.execute("SET work_mem = '256MB'")
+            turns = postgres_schema.TURN_ROWS.format(s=s, rows=f"{s}.exchanges")
+            conn.execute(f"INSERT INTO {s}.turns {turns}")
+            conn.execute(
+                f"CREATE INDEX turns_search ON {s}.turns USING gin (words) WITH (fastupdate = off)"
+            )
+            conn.execute(f"ALTER TABLE {s}.exchanges ENABLE TRIGGER index_inserted")
+            conn.execute(f"VACUUM ANALYZE {s}.exchanges")
+            conn.execute(f"VACUUM ANALYZE {s}.turns")
+            conn.execute(f"VACUUM ANALYZE {s}.caller_words")
+            fill = round(time.perf_counter() - started, 1)
+            conn.execute(f"COMMENT ON SCHEMA {s} IS '{fill}'")  # built: its fill time
+        print(f"{schema}: filled in {fill} s", file=sys.stderr)
+        made[size] = (schema, fill)
+    return made
+
+
+def server_cpu(target: Any) -> float:
+    """Seconds of CPU the server's backends of the store's pool have used (from
+    /proc: the server runs on this machine), found as the backends whose last query
+    named the schema; the clock ticks are 10 ms, so only a mean over many recalls
+    means anything."""
+    with target.connect(autocommit=True) as conn:
+        pids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                " AND position(%s IN query) > 0",
+                [target.schema + "."],
+            )
+        ]
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def measure_postgres(url: str, rng: random.Random, recalls: int) -> dict[str, Any]:
+    """As ``measure``, on the postgres store (no bare FTS5 there)."""
+    store = memory.open_store(url)
+    target = postgres_schema.Target(url)
+    out: dict[str, Any] = {}
+    try:
+        for caller in OWN:
+            with target.connect() as conn:
+                rows = conn.execute(
+                    f"SELECT 0, key, user_text FROM {target.schema}.exchanges"
+                    " WHERE tenant = 'default' AND caller_id = %s ORDER BY created_at",
+                    [caller],
+                ).fetchall()
+            targets = [rng.choice(rows) for _ in range(recalls + 20)]
+            asked = [question(t[2], rng) for t in targets]
+            call = memory.CallMemory(store, caller, "now")
+            call.profile = await store.profile(caller)
+
+            async def recall(q: str, caller: str = caller) -> Any:
+                return await store.recall(caller, q, exclude_call_id="now")
+
+            turn = 0
+
+            async def block(q: str, call: memory.CallMemory = call) -> Any:
+                nonlocal turn
+                turn += 1
+                return await call.block_for(q, turn=turn)
+
+            found = {
+                "store_recall": lambda r, t: t[1] in {e.key for e in r.exchanges},
+                "block_for": lambda r, t: json.dumps(t[2])[1:-1] in (r or ""),
+            }
+            kinds: dict[str, Callable[[str], Awaitable[Any]]] = {
+                "store_recall": recall,
+                "block_for": block,
+            }
+            times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in kinds}
+            hits = dict.fromkeys(kinds, 0)
+            server: dict[str, float] = {}
+            for name, fn in kinds.items():
+                for i, (q, target_row) in enumerate(zip(asked, targets, strict=True)):
+                    if i == 20:
+                        before = server_cpu(target)
+                    t, c = time.perf_counter(), time.process_time()
+                    result = await fn(q)
+                    if i >= 20:
+                        times[name][1].append(time.process_time() - c)
+                        times[name][0].append(time.perf_counter() - t)
+                        hits[name] += found[name](result, target_row)
+                server[name] = (server_cpu(target) - before) / recalls * 1000
+            out[caller] = {"exchanges": len(rows)} | {
+                f"{name}_ms": stats(*times[name])
+                | {"found": hits[name] / recalls, "server_cpu_mean": server[name]}
+                for name in kinds
+            }
+    finally:
+        await store.close()
+    return out
+
+
+async def run_postgres(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    made = postgres_schemas(args.postgres, sizes, args.seed)
+    rng = random.Random(args.seed + 1)
+    results: list[dict[str, Any]] = []
+    for size in sizes:
+        schema, fill_s = made[size]
+        url = f"{args.postgres}?schema={schema}"
+        load_before = os.getloadavg()
+        callers = await measure_postgres(url, rng, args.recalls)
+        target = postgres_schema.Target(url)
+        with target.connect() as conn:
+            count, mib = conn.execute(
+                f"SELECT (SELECT count(*) FROM {schema}.exchanges),"
+                " (SELECT sum(pg_total_relation_size(c.oid)) / 2^20 FROM pg_class c"
+                " WHERE relnamespace = to_regnamespace(%s))",
+                [schema],
+            ).fetchone()
+        row = {
+            "size": count,
+            "schema": schema,
+            "fill_s": fill_s,
+            "file_mib": round(mib),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+            "callers": callers,
+        }
+        results.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    return {
+        "benchmark": "cost (postgres)",
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "recalls": args.recalls,
+        "results": results,
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     sizes = sorted(int(s) for s in args.sizes.split(","))
     cache = args.cache / f"schema{sqlite_store.SCHEMA_VERSION}-layout{LAYOUT}-seed{args.seed}"
@@ -282,6 +516,28 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "recalls": args.recalls,
         "results": results,
     }
+
+
+def postgres_table(result: dict[str, Any]) -> str:
+    kinds = ("store_recall_ms", "block_for_ms")
+    lines = [
+        "| rows in the schema | caller | store recall p50 / p95 ms | block_for p50 / p95"
+        " ms | CPU ms p50 / p95 (this process): recall, block_for | server CPU ms per"
+        " call, mean: recall, block_for | found: store | size | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in result["results"]:
+        load = "{:.1f} / {:.1f}".format(row["loadavg_before"][0], row["loadavg_after"][0])
+        for caller, m in row["callers"].items():
+            wall = [f"{m[k]['p50']:.2f} / {m[k]['p95']:.2f}" for k in kinds]
+            cpu = ", ".join(f"{m[k]['cpu_p50']:.2f} / {m[k]['cpu_p95']:.2f}" for k in kinds)
+            lines.append(
+                f"| {row['size']:,} | {'A' if caller == CALLER_A else 'B'}, "
+                f"{m['exchanges']:,} exchanges | {' | '.join(wall)} | {cpu} | "
+                + ", ".join(f"{m[k].get('server_cpu_mean', 0):.2f}" for k in kinds)
+                + f" | {m['store_recall_ms']['found']:.2f} | {row['file_mib']:,} MiB | {load} |"
+            )
+    return "\n".join(lines)
 
 
 def table(result: dict[str, Any]) -> str:
@@ -317,12 +573,19 @@ def main() -> None:
         default=Path("/tmp/memory-cost"),
         help="where the generated files are kept between runs (one folder per schema version)",
     )
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="measure the postgres store instead, on this server (a libpq URL without"
+        " parameters); its schemas are built once and kept"
+        " (cost_v<schema>_l<layout>_s<seed>_<size>)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    result = asyncio.run(run(args))
+    result = asyncio.run(run_postgres(args) if args.postgres else run(args))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(table(result))
+    print(postgres_table(result) if args.postgres else table(result))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ sys.path[:0] = [
 
 import memory  # noqa: E402
 import psycopg  # noqa: E402
-from memory import postgres_store, sqlite_queries, sqlite_store  # noqa: E402
+from memory import postgres_search, postgres_store, sqlite_queries, sqlite_store  # noqa: E402
 
 CALLERS = 10_000
 FUNCTION_WORDS = ["i", "you", "the", "a", "to", "and", "of", "it", "that", "in", "is", "was"]
@@ -128,9 +128,11 @@ def load_postgres(url: Any, batch: list[memory.Exchange]) -> None:
     with target.connect() as conn:
         with conn.cursor().copy(
             f"COPY {target.schema}.exchanges (tenant, caller_id, key, call_id, user_text,"
-            " assistant_text, interrupted, item_ids, created_at) FROM STDIN"
-        ) as copy:
+            " assistant_text, interrupted, item_ids, created_at, user_words, reply_words,"
+            " day_words) FROM STDIN"
+        ) as copy:  # with the word columns a save writes (the triggers make the turns)
             for e in batch:
+                words = postgres_search.exchange_words(target.tenant, e)
                 copy.write_row(
                     (
                         target.tenant,
@@ -142,11 +144,15 @@ def load_postgres(url: Any, batch: list[memory.Exchange]) -> None:
                         False,
                         list(e.item_ids),
                         e.created_at,
+                        words["uw"],
+                        words["rw"],
+                        words["dw"],
                     )
                 )
         conn.commit()
         conn.autocommit = True
         conn.execute(f"ANALYZE {target.schema}.exchanges")
+        conn.execute(f"ANALYZE {target.schema}.turns")
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -46,7 +46,7 @@ CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE
     ON {schema}.exchanges, {schema}.facts, {schema}.summaries TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.caller_words, {schema}.caller_sizes TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(f"{schema}.{t}" for t in COUNTS)} TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.erasures TO {role};
 GRANT SELECT ON {schema}.schema_version, {schema}.tenant_roles TO {role};
 INSERT INTO {schema}.tenant_roles VALUES ('{role}', '{tenant}')

@@ -17,8 +17,9 @@ from psycopg.conninfo import (  # type: ignore[import-not-found, unused-ignore]
     conninfo_to_dict,
 )
 
+from .dates import date_words
 from .errors import InvalidStoreUrlError, SchemaMismatchError
-from .postgres_search import pair_vector
+from .postgres_search import caller_prefix, pair_vector, words_vector
 from .store import redact_url
 
 DEFAULT_SCHEMA = "livekit_memory"
@@ -102,6 +103,54 @@ def _index_pairs(conn: psycopg.Connection, s: str) -> None:
             )
 
 
+TURN_ROWS = """(tenant, caller_id, key, side, seq, created_at, call_id, words, size)
+    SELECT e.tenant, e.caller_id, e.key, t.side, e.seq, e.created_at, e.call_id, t.words,
+        (SELECT coalesce(sum(cardinality(positions)), 0) FROM unnest(t.words))
+    FROM {rows} e LEFT JOIN LATERAL (SELECT p.call_id, p.user_words || p.reply_words AS words
+        FROM {s}.exchanges p WHERE p.tenant = e.tenant AND p.caller_id = e.caller_id
+        AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT 1) p ON true,
+    LATERAL (SELECT CASE WHEN p.call_id = e.call_id THEN p.words ELSE '' END AS words) b,
+    LATERAL (VALUES
+        (0, setweight(e.user_words, 'A') || setweight(b.words || e.reply_words, 'B')
+            || setweight(e.day_words, 'C')),
+        (1, setweight(e.reply_words, 'A') || setweight(b.words || e.user_words, 'B')
+            || setweight(e.day_words, 'C'))) t(side, words)
+    WHERE t.side = 0 OR length(e.reply_words) > 0
+    ORDER BY 1, 2, 3, 4"""
+"""The ``turns`` rows of the exchanges in ``{rows}`` (``{s}``: the schema)."""
+
+
+def _index_turns(conn: psycopg.Connection, s: str) -> None:
+    """Fill the word columns of the exchanges saved before them, then index their turns."""
+    # In batches (a server-side cursor), so a large table is not held in memory; the
+    # day's words are in the zone of the process that upgrades (MEMORY_TIMEZONE).
+    with conn.cursor(name="turns_to_index") as rows, conn.cursor() as update:
+        rows.execute(
+            f"SELECT tenant, caller_id, key, user_text, assistant_text, created_at"
+            f" FROM {s}.exchanges"
+        )
+        while batch := rows.fetchmany(1000):
+            update.executemany(
+                f"UPDATE {s}.exchanges SET user_words = %s::tsvector,"
+                " reply_words = %s::tsvector, day_words = %s::tsvector"
+                " WHERE tenant = %s AND caller_id = %s AND key = %s",
+                [
+                    (
+                        words_vector(p := caller_prefix(t, c), user),
+                        words_vector(p, reply),
+                        words_vector(p, date_words(at)),
+                        t,
+                        c,
+                        key,
+                    )
+                    for t, c, key, user, reply, at in batch
+                ],
+            )
+    conn.execute(
+        f"INSERT INTO {s}.turns {TURN_ROWS.format(s=s, rows=f'{s}.exchanges')}".encode()
+    )
+
+
 # Each entry takes a schema ({s}) from version N to N+1; {s}.schema_version holds N:
 # SQL, or SQL and then a function (connection, schema) for a step that needs Python.
 # Append, never edit: databases in the field are at every version. Row-level security
@@ -110,7 +159,9 @@ def _index_pairs(conn: psycopg.Connection, s: str) -> None:
 _OWN_TENANT = (
     "tenant = (SELECT tenant FROM {s}.tenant_roles WHERE role_name = current_user)"
 )
-MIGRATIONS: list[str | tuple[str, Callable[[psycopg.Connection, str], None]]] = [
+# A step's tuple may end with SQL to run after its function.
+Step = Callable[[psycopg.Connection, str], None]
+MIGRATIONS: list[str | tuple[str, Step] | tuple[str, Step, str]] = [
     """
 CREATE TABLE {s}.schema_version (version integer NOT NULL);
 INSERT INTO {s}.schema_version VALUES (0);
@@ -245,7 +296,114 @@ END $g$;
         f"CREATE POLICY own_tenant ON {{s}}.{t} USING ({_OWN_TENANT}) WITH CHECK ({_OWN_TENANT});\n"
         for t in ("caller_words", "caller_sizes")
     ),
-    # 5: erasures reach live calls in every worker (see PostgresStore.forget):
+    # 5: recall ranks single turns, as the SQLite store does (see postgres_search):
+    # one row per side of an exchange, with the words around it and its day, whose
+    # lexemes carry the caller's prefix, so the GIN index keeps one list per caller
+    # and word (a big caller's search no longer reads every caller's matches). The
+    # word counts count turns. The exchanges' own search columns go.
+    (
+        """
+DROP TRIGGER count_inserted ON {s}.exchanges;
+DROP TRIGGER count_deleted ON {s}.exchanges;
+DROP TRIGGER count_updated ON {s}.exchanges;
+DROP FUNCTION {s}.count_words();
+ALTER TABLE {s}.exchanges DROP COLUMN search, DROP COLUMN pairs,  -- and their indexes
+    ADD COLUMN user_words  tsvector NOT NULL DEFAULT '',  -- postgres_search.words_vector
+    ADD COLUMN reply_words tsvector NOT NULL DEFAULT '',
+    ADD COLUMN day_words   tsvector NOT NULL DEFAULT '';
+TRUNCATE {s}.caller_words, {s}.caller_sizes;
+ALTER TABLE {s}.caller_words RENAME COLUMN exchanges TO turns;  -- the caller's turns holding it
+ALTER TABLE {s}.caller_sizes RENAME COLUMN exchanges TO turns;
+CREATE TABLE {s}.turns (
+    tenant    text NOT NULL,
+    caller_id text NOT NULL,
+    key       text NOT NULL,      -- the exchange's
+    side      smallint NOT NULL,  -- 0: the caller's turn, 1: the reply
+    seq       bigint NOT NULL,    -- the exchange's: newest first among equals
+    created_at double precision NOT NULL,  -- the exchange's (it is read by key and time)
+    call_id   text NOT NULL,
+    words     tsvector NOT NULL,  -- A: its own words, B: the words around it, C: its day's
+    size      integer NOT NULL,   -- the words it holds (BM25's length)
+    -- key first: the one index on (tenant, caller_id) is the GIN one, so a search
+    -- reads the caller's lists, whatever the statistics say
+    PRIMARY KEY (key, tenant, caller_id, side)
+);
+-- fastupdate off: a search never scans a pending list of recent rows
+CREATE INDEX turns_search ON {s}.turns USING gin (words) WITH (fastupdate = off);
+-- the caller's newest turns first, for a question of only common words
+CREATE INDEX turns_by_seq ON {s}.turns (tenant, caller_id, seq);
+-- A turn's context is the other side of its exchange and both sides of the exchange
+-- before it in the same call (the caller's exchange just before, if of this call).
+CREATE FUNCTION {s}.index_turns() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    DELETE FROM {s}.turns t USING new_rows e
+        WHERE t.tenant = e.tenant AND t.caller_id = e.caller_id AND t.key = e.key;
+    INSERT INTO {s}.turns """
+        + TURN_ROWS.format(s="{s}", rows="new_rows")
+        + """;
+    RETURN NULL;
+END $f$;
+CREATE FUNCTION {s}.drop_turns() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    DELETE FROM {s}.turns t USING old_rows e
+        WHERE t.tenant = e.tenant AND t.caller_id = e.caller_id AND t.key = e.key;
+    RETURN NULL;
+END $f$;
+-- One statement's rows at a time, in key order, as in version 4's count_words.
+CREATE FUNCTION {s}.count_turns() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {s}.caller_words SELECT tenant, caller_id, w, count(*) FROM new_rows,
+        unnest(tsvector_to_array(words)) w GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (tenant, caller_id, word)
+        DO UPDATE SET turns = caller_words.turns + excluded.turns;
+    INSERT INTO {s}.caller_sizes SELECT tenant, caller_id, count(*), sum(size)
+        FROM new_rows GROUP BY 1, 2 ORDER BY 1, 2 ON CONFLICT (tenant, caller_id)
+        DO UPDATE SET turns = caller_sizes.turns + excluded.turns,
+        words = caller_sizes.words + excluded.words;
+    RETURN NULL;
+END $f$;
+CREATE FUNCTION {s}.uncount_turns() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {s}.caller_words SELECT tenant, caller_id, w, -count(*) FROM old_rows,
+        unnest(tsvector_to_array(words)) w GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (tenant, caller_id, word)
+        DO UPDATE SET turns = caller_words.turns + excluded.turns;
+    INSERT INTO {s}.caller_sizes SELECT tenant, caller_id, -count(*), -sum(size)
+        FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2 ON CONFLICT (tenant, caller_id)
+        DO UPDATE SET turns = caller_sizes.turns + excluded.turns,
+        words = caller_sizes.words + excluded.words;
+    -- a word whose count falls to 0 is deleted: forget leaves none of the caller's
+    DELETE FROM {s}.caller_words c USING (SELECT DISTINCT tenant, caller_id, w
+        FROM old_rows, unnest(tsvector_to_array(words)) w) o WHERE c.tenant = o.tenant
+        AND c.caller_id = o.caller_id AND c.word = o.w AND c.turns <= 0;
+    DELETE FROM {s}.caller_sizes c USING (SELECT DISTINCT tenant, caller_id FROM old_rows) o
+        WHERE c.tenant = o.tenant AND c.caller_id = o.caller_id AND c.turns <= 0;
+    RETURN NULL;
+END $f$;
+CREATE TRIGGER count_inserted AFTER INSERT ON {s}.turns REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_turns();
+CREATE TRIGGER count_deleted AFTER DELETE ON {s}.turns REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.uncount_turns();
+ALTER TABLE {s}.turns ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_tenant ON {s}.turns USING ({own}) WITH CHECK ({own});
+-- the roles that `sql --app-role` made write it through the triggers
+DO $g$ DECLARE r record; BEGIN
+    FOR r IN SELECT role_name FROM {s}.tenant_roles JOIN pg_roles ON rolname = role_name LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.turns TO %I', r.role_name);
+    END LOOP;
+END $g$;
+""".replace("{own}", _OWN_TENANT),
+        _index_turns,
+        """
+CREATE TRIGGER index_inserted AFTER INSERT ON {s}.exchanges REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.index_turns();
+CREATE TRIGGER index_updated AFTER UPDATE ON {s}.exchanges REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.index_turns();
+CREATE TRIGGER index_deleted AFTER DELETE ON {s}.exchanges REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.drop_turns();
+""",
+    ),
+    # 6: erasures reach live calls in every worker (see PostgresStore.forget):
     # forgetting a caller records when, and an exchange created before that time is
     # not saved after it, whichever worker writes it. caller_id '' is every caller
     # of the tenant: a retention purge of exchanges.
@@ -279,12 +437,12 @@ END $g$;
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = ("exchanges", "facts", "summaries")
-COUNTS = ("caller_words", "caller_sizes")
+COUNTS = ("turns", "caller_words", "caller_sizes")
 """Kept by triggers from exchanges: never written or deleted by this code itself."""
 MARKS = ("erasures",)
 """When each caller was last erased (``PostgresStore.erased_at``): kept by forget and
 purge, never deleted (it holds a caller id and a time, no words)."""
-SEARCH_INDEXES = ("exchanges_search", "exchanges_pairs")
+SEARCH_INDEXES = ("turns_search",)
 
 
 def upgrade_steps(
@@ -296,10 +454,20 @@ def upgrade_steps(
     if from_version == 0:
         steps.append((f"CREATE SCHEMA IF NOT EXISTS {schema};", None))
     for n in range(from_version, SCHEMA_VERSION):
-        sql, then = (m, None) if isinstance(m := MIGRATIONS[n], str) else m
+        m = MIGRATIONS[n]
+        then: Step | None = None
+        after = ""
+        if isinstance(m, str):
+            sql = m
+        elif len(m) == 2:
+            sql, then = m
+        else:
+            sql, then, after = m
         steps.append(
             (f"-- version {n} -> {n + 1}\n{sql.format(s=schema).strip()}", then)
         )
+        if after:
+            steps.append((after.format(s=schema).strip(), None))
         steps.append((f"UPDATE {schema}.schema_version SET version = {n + 1};", None))
     return steps
 

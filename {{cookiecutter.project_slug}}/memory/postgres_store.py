@@ -3,12 +3,12 @@
 ``MEMORY_URL=postgresql://user:password@host:5432/dbname?schema=livekit_memory&tenant=acme``:
 any libpq URL, plus ``schema`` (default ``livekit_memory``) and ``tenant`` (default
 ``default``). Every row carries the tenant and the caller id, and every query is scoped
-to both. Search is PostgreSQL's own: a ``tsvector`` column and a GIN index; Chinese,
-Japanese, Korean and Thai text is searched by pairs of characters
-(``search_words``) in a second ``tsvector`` the writes fill. What matches is
-ranked by BM25 over the caller's own exchanges, from word counts that triggers on the
-exchanges table keep. Implements ``MemoryStore`` (``store``); ``records`` and
-``facts`` have the types and rules.
+to both. Search ranks single turns, as the SQLite store does (``postgres_search``):
+each side of an exchange is a row of ``turns`` with the words around it and its day,
+in a ``tsvector`` whose lexemes carry the caller's prefix, so its GIN index keeps one
+list per caller and word; the turns found are ranked by BM25 over the caller's own
+turns, from word counts that triggers on the exchanges table keep. Implements
+``MemoryStore`` (``store``); ``records`` and ``facts`` have the types and rules.
 
 Workers never create or change the schema. An operator does, with this module
 (the command is ``postgres_admin``'s, the schema ``postgres_schema``'s):
@@ -53,12 +53,13 @@ from .postgres_schema import (
 )
 from .postgres_search import (
     EXCHANGE,
-    SEARCH,
-    pair_query,
-    pair_vector,
-    query_pairs,
-    query_terms,
-    tsquery,
+    caller_prefix,
+    exchange_words,
+    pick,
+    query_lexemes,
+    row_exchange,
+    search_args,
+    search_sql,
 )
 from .records import Exchange, Recall, Summary
 from .store import PURGEABLE
@@ -78,9 +79,6 @@ __all__ = [
     "PostgresStore",
     "Target",
     "open_store",
-    "pair_query",
-    "pair_vector",
-    "tsquery",
     "upgrade",
     "upgrade_sql",
 ]
@@ -100,16 +98,17 @@ QUERIES = {
     "lock caller": "SELECT pg_advisory_xact_lock(hashtextextended(%(t)s || '/' || %(c)s, 0))",
     "summaries": "SELECT call_id, text, created_at FROM {s}.summaries"
     " WHERE tenant = %(t)s AND caller_id = %(c)s ORDER BY created_at DESC LIMIT %(n)s",
-    "search": SEARCH,
     "exchanges": f"SELECT {EXCHANGE} FROM {{s}}.exchanges"
     " WHERE tenant = %(t)s AND caller_id = %(c)s"
     " AND (%(call)s::text IS NULL OR call_id = %(call)s) ORDER BY created_at, seq",
     "save": "INSERT INTO {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
-    " assistant_text, interrupted, item_ids, created_at, pairs) VALUES (%(t)s, %(c)s,"
-    " %(key)s, %(call)s, %(user)s, %(reply)s, %(cut)s, %(items)s, %(at)s, %(pairs)s)"
+    " assistant_text, interrupted, item_ids, created_at, user_words, reply_words,"
+    " day_words) VALUES (%(t)s, %(c)s, %(key)s, %(call)s, %(user)s, %(reply)s,"
+    " %(cut)s, %(items)s, %(at)s, %(uw)s, %(rw)s, %(dw)s)"
     " ON CONFLICT (tenant, caller_id, key) DO UPDATE SET user_text = excluded.user_text,"
     " assistant_text = excluded.assistant_text, interrupted = excluded.interrupted,"
-    " item_ids = excluded.item_ids, pairs = excluded.pairs"
+    " item_ids = excluded.item_ids, user_words = excluded.user_words,"
+    " reply_words = excluded.reply_words"
     # a retried save of the same version writes nothing (no new row version to index)
     " WHERE (exchanges.user_text, exchanges.assistant_text, exchanges.interrupted,"
     " exchanges.item_ids) IS DISTINCT FROM (excluded.user_text, excluded.assistant_text,"
@@ -173,7 +172,7 @@ class PostgresStore:
             "cut": e.interrupted,
             "items": list(e.item_ids),
             "at": e.created_at,
-            "pairs": pair_vector(f"{e.user_text} {e.assistant_text}"),
+            **exchange_words(self.target.tenant, e),  # what the turns are made of
         }
         await self._pool.write(e.caller_id, [(self._sql["save"], args)], "a save")
 
@@ -276,17 +275,12 @@ class PostgresStore:
         limit: int = RECALL_EXCHANGES,
         exclude_call_id: str | None = None,
     ) -> Recall:
-        q = tsquery(query) if limit > 0 else None
-        p = pair_query(query) if limit > 0 else None
-        args = {
-            "t": self.target.tenant,
-            "c": caller_id,
-            "q": q,
-            "p": p,
-            "w": " ".join(query_terms(query)),
-            "pw": query_pairs(query),
-            "x": exclude_call_id,
-        }
+        # what was said is read once, in the call's event loop: linear, up to the limit
+        prefix = caller_prefix(self.target.tenant, caller_id)
+        lexemes = query_lexemes(prefix, query) if limit > 0 else []
+        args = {"t": self.target.tenant, "c": caller_id, "x": exclude_call_id}
+        search = search_sql(self.target.schema, len(lexemes))
+        found = {**args, **search_args(lexemes)}
 
         async def work(conn: psycopg.AsyncConnection) -> Recall:
             async with conn.pipeline():  # the queries go in one round trip
@@ -294,15 +288,26 @@ class PostgresStore:
                 summaries = await conn.execute(
                     self._sql["summaries"], {**args, "n": RECENT_SUMMARIES}
                 )
-                found = (
-                    await conn.execute(self._sql["search"], {**args, "n": limit})
-                    if q or p
+                want = limit * 3
+                turns = (
+                    await conn.execute(search, {**found, "n": want})
+                    if lexemes
                     else None
                 )
+            best: tuple[tuple[Exchange, ...], tuple[str, ...]] = ((), ())
+            if turns is not None:
+                rows = await turns.fetchall()
+                best = pick([(r[0], row_exchange(r[1:])) for r in rows], limit)
+                # the same words said again left fewer than limit exchanges: more
+                while len(best[0]) < limit and len(rows) == want:
+                    want *= 4
+                    more = await conn.execute(search, {**found, "n": want})
+                    rows = await more.fetchall()
+                    best = pick([(r[0], row_exchange(r[1:])) for r in rows], limit)
             return Recall(
                 tuple(Fact(*r) for r in await facts.fetchall()),
                 tuple(Summary(*r) for r in await summaries.fetchall()),
-                tuple(_exchange(r) for r in await found.fetchall()) if found else (),
+                *best,
             )
 
         return await self._pool.read(work)
@@ -316,7 +321,9 @@ class PostgresStore:
         self, caller_id: str, *, call_id: str | None = None
     ) -> list[Exchange]:
         args = {"c": caller_id, "call": call_id}
-        return [_exchange(r) for r in await self._fetch(self._sql["exchanges"], args)]
+        return [
+            row_exchange(r) for r in await self._fetch(self._sql["exchanges"], args)
+        ]
 
     async def summaries(self, caller_id: str) -> list[Summary]:
         args = {"c": caller_id, "n": None}  # LIMIT NULL: all of them
@@ -349,29 +356,6 @@ class PostgresStore:
             ).fetchall()
 
         return await self._pool.read(work)
-
-
-def _exchange(row: tuple) -> Exchange:
-    (
-        key,
-        caller_id,
-        call_id,
-        user_text,
-        assistant_text,
-        interrupted,
-        item_ids,
-        created_at,
-    ) = row
-    return Exchange(
-        key,
-        caller_id,
-        call_id,
-        user_text,
-        assistant_text,
-        interrupted,
-        tuple(item_ids),
-        created_at,
-    )
 
 
 if __name__ == "__main__":  # uv run -m memory.postgres_store <command>

@@ -29,7 +29,13 @@ import psycopg
 import pytest
 
 import memory
-from memory import postgres_pool, postgres_schema, postgres_store
+from memory import (
+    postgres_pool,
+    postgres_schema,
+    postgres_search,
+    postgres_store,
+    words,
+)
 from tests.doubles import make_exchange
 from tests.livekit_job import run_job
 from tests.store_fixtures import own_schema, server_or_skip, with_params
@@ -61,7 +67,7 @@ async def test_recall_matches_other_word_forms(store):
 async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
     await store.save(make_exchange(1, text="what did you do"))
     assert (await store.recall(ALICE, "what did you do?")).exchanges == ()
-    assert postgres_store.tsquery("what did you ... do?") is None
+    assert postgres_search.query_lexemes("p", "what did you ... do?") == []
 
 
 @pytest.mark.parametrize(
@@ -71,34 +77,118 @@ async def test_a_question_of_only_function_words_recalls_no_exchanges(store):
 async def test_tsquery_syntax_in_what_the_caller_says_is_only_words(store, said):
     await store.save(make_exchange(1, text="café near stop 4417"))
     recall = await store.recall(ALICE, said)  # never a syntax error
-    query = postgres_store.tsquery(said)
-    assert query is None or re.fullmatch(r"'[^\W_]+'( \| '[^\W_]+')*", query), query
+    prefix = postgres_search.caller_prefix("default", ALICE)
+    for lexeme in postgres_search.query_lexemes(prefix, said):
+        assert lexeme.startswith(prefix) and re.fullmatch(r"[^\W_]+", lexeme), lexeme
     assert all(e.caller_id == ALICE for e in recall.exchanges)
 
 
-async def test_recall_ranks_by_ts_rank_cd_and_searches_through_the_gin_index(
+def ranking_plan(url: str, caller: str, said: str) -> str:
+    """EXPLAIN of the SQL that ranks ``caller``'s turns for ``said``, as recall runs it."""
+    prefix = postgres_search.caller_prefix("default", caller)
+    lexemes = postgres_search.query_lexemes(prefix, said)
+    sql = postgres_search.search_sql(schema_of(url), len(lexemes))
+    args = {"t": "default", "c": caller, "x": None, "n": 24}
+    with admin() as conn:
+        conn.execute("SET enable_seqscan = off")  # as on a large table
+        explain = conn.execute(
+            f"EXPLAIN ANALYZE {sql}", args | postgres_search.search_args(lexemes)
+        )
+        return "\n".join(r[0] for r in explain)
+
+
+async def test_recall_ranks_single_turns_and_reads_only_the_callers_gin_lists(
     store, store_url
 ):
     for n in range(30):
-        await store.save(make_exchange(n, text=f"filler note {n} about the weather"))
+        await store.save(
+            make_exchange(n, text=f"filler note {n} about the weather", at=1000.0 + n)
+        )
     await store.save(
         make_exchange(
-            99, text="lanterns lanterns: paper lanterns for the lantern festival"
+            99,
+            text="lanterns lanterns: paper lanterns for the lantern festival",
+            call_id="call-2",
+            at=5000.0,
         )
     )
-    await store.save(make_exchange(98, text="one paper lantern"))
+    await store.save(make_exchange(98, text="one paper lantern", call_id="call-3"))
+    await store.save(make_exchange(97, caller="bob", text="bob's lantern festival"))
     recall = await store.recall(ALICE, "the lantern festival")
     assert [e.user_text[:7] for e in recall.exchanges] == ["lantern", "one pap"]
-    with admin() as conn:
-        conn.execute("SET enable_seqscan = off")  # as on a large table
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                f"EXPLAIN SELECT key FROM {schema_of(store_url)}.exchanges"
-                " WHERE search @@ to_tsquery('english', 'lantern')"
-            )
+    assert recall.sides == ("both", "both")  # each side holds or neighbours the words
+    plan = ranking_plan(store_url, ALICE, "the lantern festival")
+    # the GIN lists of alice's lexemes (her prefix), not every caller's matches
+    # (4: both turns of two exchanges; bob's lantern festival is not in her lists)
+    assert re.search(r"Bitmap Index Scan on turns_search .*rows=4 ", plan), plan
+
+
+async def test_a_question_of_words_in_most_turns_ranks_only_the_newest_that_hold_them(
+    store, store_url, monkeypatch
+):
+    # A caller with thousands of exchanges who says "coffee" in most: the search
+    # ranks a bounded number of turns (MAX_RANKED, here 4), the newest, found by
+    # walking the caller's turns back in time, not every match.
+    monkeypatch.setattr(postgres_search, "MAX_RANKED", 4)
+    postgres_search.search_sql.cache_clear()
+    for n in range(10):
+        await store.save(
+            make_exchange(n, text=f"coffee number {n}", call_id=f"c{n}", at=1000.0 + n)
         )
-    assert "exchanges_search" in plan
+    recall = await store.recall(ALICE, "coffee?")
+    # 4 turns: the newest two exchanges' (each side holds or neighbours the word)
+    assert [e.user_text for e in recall.exchanges] == [
+        f"coffee number {n}" for n in (9, 8)
+    ]
+    plan = ranking_plan(store_url, ALICE, "coffee?")
+    assert "Index Scan Backward using turns_by_seq" in plan
+    assert "Bitmap Index Scan on turns_search" in plan and "(never executed)" in plan
+    postgres_search.search_sql.cache_clear()
+
+
+async def test_the_answer_to_a_question_is_found_by_the_question_s_words(store):
+    # The reply's turn holds its exchange's other side as context (weight 0.5): the
+    # caller asked about the dentist, the answer said when; and the next exchange
+    # of the call holds both (what the caller said next goes on about it).
+    await store.save(
+        make_exchange(
+            1, text="When is my dentist appointment?", reply="Tuesday at nine.", at=1.0
+        )
+    )
+    await store.save(make_exchange(2, text="Can I move it?", reply="Yes.", at=2.0))
+    await store.save(make_exchange(3, text="Unrelated chat", call_id="call-2", at=3.0))
+    recall = await store.recall(ALICE, "dentist")
+    assert [e.user_text for e in recall.exchanges] == [
+        "When is my dentist appointment?",
+        "Can I move it?",
+    ]
+
+
+class CountedWords(frozenset):
+    """STOPWORDS that count how many words were looked up in them."""
+
+    looked_up = 0
+
+    def __contains__(self, word: object) -> bool:
+        CountedWords.looked_up += 1
+        return super().__contains__(word)
+
+
+async def test_a_recall_reads_what_was_said_once_and_stops_at_the_last_query_word(
+    store, monkeypatch
+):
+    # A 1 MB turn held the event loop 1.34 s: its words were read twice per recall,
+    # each to the end, and each compared with every word kept so far (quadratic).
+    await store.save(make_exchange(1, text="word00007 in a note"))
+    counted = CountedWords(words.STOPWORDS)
+    monkeypatch.setattr(words, "STOPWORDS", counted)
+    # (and wherever the search reads them by a name of its own)
+    monkeypatch.setattr(postgres_search, "STOPWORDS", counted, raising=False)
+    said = " ".join(f"word{n:05d}" for n in range(20_000))  # all distinct
+    recall = await store.recall(ALICE, said)
+    assert [e.user_text for e in recall.exchanges] == ["word00007 in a note"]
+    # one pass, up to the 24th content word (40,048 lookups before)
+    assert CountedWords.looked_up <= 4 * words.MAX_QUERY_WORDS
 
 
 async def test_a_rare_word_outranks_a_word_the_caller_says_all_the_time(store):
@@ -113,23 +203,30 @@ async def test_a_rare_word_outranks_a_word_the_caller_says_all_the_time(store):
 
 
 def counts_are_exact(conn: psycopg.Connection, s: str) -> list[tuple]:
-    """caller_words and caller_sizes against a count made from the exchanges
-    themselves (they must be equal); returns the counted words."""
-    lexemes = "search || coalesce(pairs, ''::tsvector)"
+    """caller_words and caller_sizes against a count made from the turns themselves,
+    and the turns against the exchanges (they must be equal); returns the counted
+    words, each without its caller's prefix."""
     words = (
-        f"SELECT tenant, caller_id, w, count(*)::int FROM {s}.exchanges,"
-        f" unnest(tsvector_to_array({lexemes})) w GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+        f"SELECT tenant, caller_id, w, count(*)::int FROM {s}.turns,"
+        " unnest(tsvector_to_array(words)) w GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
     )
     sizes = (
-        f"SELECT tenant, caller_id, count(*)::int, sum(length({lexemes}))::bigint"
-        f" FROM {s}.exchanges GROUP BY 1, 2 ORDER BY 1, 2"
+        f"SELECT tenant, caller_id, count(*)::int, sum(size)::bigint"
+        f" FROM {s}.turns GROUP BY 1, 2 ORDER BY 1, 2"
     )
     counted = conn.execute(words).fetchall()
     kept = f"SELECT * FROM {s}.caller_words ORDER BY 1, 2, 3"
     assert conn.execute(kept).fetchall() == counted
     kept = f"SELECT * FROM {s}.caller_sizes ORDER BY 1, 2"
     assert conn.execute(kept).fetchall() == conn.execute(sizes).fetchall()
-    return counted
+    sides = (
+        f"SELECT tenant, caller_id, key, 0 FROM {s}.exchanges UNION ALL SELECT tenant,"
+        f" caller_id, key, 1 FROM {s}.exchanges WHERE assistant_text <> ''"
+    )
+    turns = f"SELECT tenant, caller_id, key, side FROM {s}.turns"
+    assert sorted(conn.execute(turns)) == sorted(conn.execute(sides))
+    cut = postgres_search.PREFIX_CHARS
+    return [(t, c, w[cut:], n) for t, c, w, n in counted]
 
 
 async def test_word_counts_follow_every_write_and_forget_leaves_none_of_the_callers_words(
@@ -149,13 +246,17 @@ async def test_word_counts_follow_every_write_and_forget_leaves_none_of_the_call
     await store.save(make_exchange(4, caller="bob", text="bob's lantern", at=1000.0))
     await store.save(first)  # a retry: no change
     with admin() as conn:
-        assert ("default", ALICE, "lantern", 2) in counts_are_exact(conn, s)
+        # lantern: both turns of the first exchange and of the one after it in its
+        # call (as context), and of call-2's
+        assert ("default", ALICE, "lantern", 6) in counts_are_exact(conn, s)
         await store.save(
             memory.Exchange(**{**first.__dict__, "user_text": "a kite festival"})
         )
-        assert ("default", ALICE, "kite", 1) in counts_are_exact(conn, s)
+        assert ("default", ALICE, "kite", 2) in counts_are_exact(conn, s)
         await store.forget(ALICE, call_id="call-2")
-        assert ("default", ALICE, "lantern", 1) not in counts_are_exact(conn, s)
+        # (the next exchange's turns keep the context they were indexed with, as in
+        # the SQLite store)
+        assert ("default", ALICE, "lantern", 2) in counts_are_exact(conn, s)
         await store.purge(before=1000.5, what="exchanges")  # bob's, and alice's first
         counts_are_exact(conn, s)
         await store.forget(ALICE)
@@ -163,25 +264,19 @@ async def test_word_counts_follow_every_write_and_forget_leaves_none_of_the_call
         assert conn.execute(f"SELECT count(*) FROM {s}.caller_sizes").fetchone() == (0,)
 
 
-async def test_character_pairs_are_searched_through_their_own_gin_index(
-    store, store_url
-):
+async def test_character_pairs_are_lexemes_of_the_callers_turns(store, store_url):
     await store.save(make_exchange(1, text="下周二我要去上海出差"))
-    assert postgres_store.pair_query("上海出差?") == "'上海' | '海出' | '出差'"
-    assert postgres_store.pair_query("Shanghai trip?") is None  # English: words alone
+    recall = await store.recall(ALICE, "上海出差?")
+    assert [e.user_text for e in recall.exchanges] == ["下周二我要去上海出差"]
     with admin() as conn:
-        conn.execute("SET enable_seqscan = off")
         s = schema_of(store_url)
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                f"EXPLAIN SELECT key FROM {s}.exchanges WHERE pairs @@ '上海'::tsquery"
-            )
-        )
-        assert "exchanges_pairs" in plan
-        stored = conn.execute(f"SELECT pairs::text FROM {s}.exchanges").fetchone()[0]
-    # the words of memory.words.search_words, as they are, at their positions
-    assert {"'下周':1", "'周二':2", "'上海':7", "'出差':9"} <= set(stored.split())
+        stored = conn.execute(f"SELECT user_words::text FROM {s}.exchanges").fetchone()
+    # the words of memory.words.search_words, behind the caller's prefix, at their
+    # positions
+    p = postgres_search.caller_prefix("default", ALICE)
+    assert {f"'{p}下周':1", f"'{p}周二':2", f"'{p}上海':7", f"'{p}出差':9"} <= set(
+        stored[0].split()
+    )
 
 
 # -- migrations -----------------------------------------------------------------------
@@ -301,13 +396,13 @@ def test_a_schema_at_any_older_version_upgrades_keeping_every_row(monkeypatch, v
                     conn.execute(
                         f"INSERT INTO {s}.exchanges (tenant, caller_id, key, call_id, user_text,"
                         " assistant_text, interrupted, item_ids, created_at)"
-                        " VALUES (%s, %s, %s, 'call-1', %s, 'OK', false, '{}', %s)",
-                        [tenant, ALICE, f"k{n}", text, 1000 + n],
+                        " VALUES (%s, %s, %s, %s, %s, 'OK', false, '{}', %s)",
+                        [tenant, ALICE, f"k{n}", f"call-{n}", text, 1000 + n],
                     )
                     if version >= 3:  # its writes filled the pairs
                         conn.execute(
                             f"UPDATE {s}.exchanges SET pairs = %s::tsvector WHERE key = %s",
-                            [postgres_store.pair_vector(f"{text} OK"), f"k{n}"],
+                            [postgres_search.pair_vector(f"{text} OK"), f"k{n}"],
                         )
                 conn.execute(
                     f"INSERT INTO {s}.facts (tenant, caller_id, kind, value, updated_at)"
@@ -325,11 +420,17 @@ def test_a_schema_at_any_older_version_upgrades_keeping_every_row(monkeypatch, v
         assert postgres_store.upgrade(url) == (version, postgres_store.SCHEMA_VERSION)
         with admin() as conn:  # every row, with every column it had, as it was
             for table, (names, kept) in before.items():
+                # (but the search columns, which version 5 replaced by the turns)
+                gone = [n for n, c in enumerate(names) if c in ("search", "pairs")]
+                names = [c for n, c in enumerate(names) if n not in gone]
+                kept = [
+                    tuple(v for n, v in enumerate(r) if n not in gone) for r in kept
+                ]
                 assert rows(conn, f"SELECT {', '.join(names)} FROM {s}.{table}") == (
                     names,
                     kept,
                 )
-            assert ("acme", ALICE, "上海", 1) in counts_are_exact(conn, s)
+            assert ("acme", ALICE, "上海", 2) in counts_are_exact(conn, s)
 
         async def found() -> dict[str, list[str]]:
             store = memory.open_store(url)
@@ -671,8 +772,7 @@ async def test_forget_erases_rows_index_entries_and_word_counts_and_vacuum_the_i
     with admin() as conn:
         assert in_files(conn, s, "xylophonequartz") == {
             "exchanges": True,
-            "exchanges_search": True,
-            "exchanges_pairs": False,
+            "turns_search": True,
             "caller_words_pkey": True,
         }
         assert in_files(conn, s, "紫水") == dict.fromkeys(
@@ -680,9 +780,12 @@ async def test_forget_erases_rows_index_entries_and_word_counts_and_vacuum_the_i
         )
         assert await store.forget(ALICE) == 2
         conn.execute("SET enable_seqscan = off")  # ask the index itself
-        found = f"SELECT count(*) FROM {s}.exchanges WHERE search @@ to_tsquery('english', %s)"
-        assert conn.execute(found, ["xylophonequartz"]).fetchone() == (0,)
-        assert conn.execute(found, ["quartz"]).fetchone() == (1,)  # bob's
+        found = f"SELECT count(*) FROM {s}.turns WHERE words @@ CAST(%s AS tsquery)"
+        for caller, left in ((ALICE, (0,)), ("bob", (2,))):  # bob's turn and reply
+            p = postgres_search.caller_prefix("default", caller)
+            for word in ("xylophonequartz", "quartz"):
+                if caller == ALICE or word == "quartz":
+                    assert conn.execute(found, [f"'{p}{word}'"]).fetchone() == left
         words = f"SELECT DISTINCT caller_id FROM {s}.caller_words"
         assert conn.execute(words).fetchall() == [("bob",)]
         # What the backend's docs say an operator must run to wipe the indexes' bytes
