@@ -399,7 +399,20 @@ def test_a_schema_at_any_older_version_upgrades_keeping_every_row(monkeypatch, v
                         " VALUES (%s, %s, %s, %s, %s, 'OK', false, '{}', %s)",
                         [tenant, ALICE, f"k{n}", f"call-{n}", text, 1000 + n],
                     )
-                    if version >= 3:  # its writes filled the pairs
+                    if version >= 5:  # its writes filled the turns' word columns
+                        words = postgres_search.exchange_words(
+                            tenant,
+                            memory.Exchange(
+                                f"k{n}", ALICE, f"call-{n}", text, "OK", False, (), 1000 + n
+                            ),
+                        )
+                        conn.execute(
+                            f"UPDATE {s}.exchanges SET user_words = %(uw)s::tsvector,"
+                            " reply_words = %(rw)s::tsvector, day_words = %(dw)s::tsvector"
+                            " WHERE tenant = %(tenant)s AND key = %(key)s",
+                            {**words, "tenant": tenant, "key": f"k{n}"},
+                        )
+                    elif version >= 3:  # its writes filled the pairs
                         conn.execute(
                             f"UPDATE {s}.exchanges SET pairs = %s::tsvector WHERE key = %s",
                             [postgres_search.pair_vector(f"{text} OK"), f"k{n}"],
