@@ -403,7 +403,14 @@ def test_a_schema_at_any_older_version_upgrades_keeping_every_row(monkeypatch, v
                         words = postgres_search.exchange_words(
                             tenant,
                             memory.Exchange(
-                                f"k{n}", ALICE, f"call-{n}", text, "OK", False, (), 1000 + n
+                                f"k{n}",
+                                ALICE,
+                                f"call-{n}",
+                                text,
+                                "OK",
+                                False,
+                                (),
+                                1000 + n,
                             ),
                         )
                         conn.execute(
@@ -582,7 +589,8 @@ async def test_once_the_server_is_found_down_later_replies_do_not_wait_for_it():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     store = memory.open_store(f"postgresql://postgres@127.0.0.1:{port}/test")
-    call = memory.CallMemory(store, ALICE, "call-1")
+    # the budget is the subject: the real one, not the tests' generous one
+    call = memory.CallMemory(store, ALICE, "call-1", recall_budget=memory.RECALL_BUDGET)
     outcomes: list[str] = []
     call.trace = lambda name, started, ended, attrs: outcomes.append(
         attrs["memory.outcome"]
@@ -910,7 +918,9 @@ async def test_a_read_stuck_on_the_server_is_abandoned_there_too(store, store_ur
         blocker.execute(
             f"LOCK TABLE {s}.facts IN ACCESS EXCLUSIVE MODE"
         )  # e.g. a migration
-        call = memory.CallMemory(store, ALICE, "call-1")
+        call = memory.CallMemory(
+            store, ALICE, "call-1", recall_budget=memory.RECALL_BUDGET
+        )
         started = time.monotonic()
         assert str(await call.block_for("hello there", turn=1)).startswith(
             memory.MEMORY_UNAVAILABLE
@@ -1125,7 +1135,12 @@ async def test_a_server_restart_mid_call_loses_nothing_accepted_and_replies_stay
     url = throwaway.url + "?schema=livekit_memory"
     postgres_store.upgrade(url)
     store = memory.open_store(url)
-    calls = [memory.CallMemory(store, f"caller-{n}", f"call-{n}") for n in range(3)]
+    calls = [  # the budget is the subject: the real one
+        memory.CallMemory(
+            store, f"caller-{n}", f"call-{n}", recall_budget=memory.RECALL_BUDGET
+        )
+        for n in range(3)
+    ]
     waits: list[float] = []
 
     async def turn(call: memory.CallMemory, t: int) -> None:
