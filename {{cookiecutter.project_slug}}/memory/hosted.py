@@ -114,6 +114,11 @@ class Service:
     key_env = ""  # environment variable with the API key
     auth_scheme = ""  # Authorization: <auth_scheme> <key>
     lists_items = True  # False: ``listing`` returns None (reads come from the outbox)
+    # How delivery (hosted_delivery) treats it: rows per round, one ``put`` each (a
+    # service may refuse one item and take the others), the backoff kept at close.
+    claim = 16
+    batched = False
+    retries_at_close = False
 
     def __init__(self, http: Http, ids: RemoteIds) -> None:
         self.http = http
@@ -124,6 +129,10 @@ class Service:
     async def put(self, item: Item, attempts: int) -> dict[str, Any]:
         """Store ``item`` (a new version replaces the old); returns its ``remote`` ids.
         ``attempts``: earlier tries that failed, maybe after the service acted."""
+        raise NotImplementedError
+
+    async def put_all(self, items: list[Item]) -> None:
+        """Only for a ``batched`` target (spool.StoreTarget); a service puts each."""
         raise NotImplementedError
 
     async def search(self, caller_id: str, query: str, limit: int) -> list[Item]:
