@@ -108,12 +108,10 @@ async def close_at_once(url: str, backend: str, calls: int, pending: int) -> dic
     unsaved = await asyncio.gather(*(c.aclose("shutdown") for c in members))
     closed = time.perf_counter() - started
     inner = getattr(store, "store", store)
-    in_store = sum(
-        len(await inner.exchanges(f"caller-{c}", call_id=f"call-{c}")) for c in range(calls)
-    )
-    total = sum(
-        len(await store.exchanges(f"caller-{c}", call_id=f"call-{c}")) for c in range(calls)
-    )
+    in_store = total = 0
+    for c in range(calls):
+        in_store += len(await inner.exchanges(f"caller-{c}", call_id=f"call-{c}"))
+        total += len(await store.exchanges(f"caller-{c}", call_id=f"call-{c}"))
     flush = getattr(store, "flush", None)
     all_in = None
     if flush is not None:

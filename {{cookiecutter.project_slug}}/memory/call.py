@@ -20,7 +20,7 @@ from .callers import validate_caller_id
 from .ending import close, extractive_summary
 from .errors import FAIL_OPEN
 from .extraction import FactExtraction
-from .figures import CallFigures, traced_save
+from .figures import CallFigures, traced_save, traced_save_many
 from .health import store_health
 from .limits import FLUSH_TIMEOUT, MAX_BLOCK_CHARS, MIN_BLOCK_CHARS, RECALL_BUDGET
 from .pairing import TurnPairing
@@ -101,6 +101,7 @@ class CallMemory:
         self.pairing = TurnPairing(key, call_id, clock)
         self.writer = ExchangeWriter(self.store, self._save_failed)
         self.writer.save = traced_save(self.store, self.figures, self.health)
+        self.writer.save_many = traced_save_many(self.store, self.figures, self.health)
         self.extraction = FactExtraction(
             self.store,
             key,

@@ -456,22 +456,23 @@ class OutboxThreads:
         )
 
     async def put(
-        self, item: Item, lease: tuple[str, float] | None = None
-    ) -> Row | None:
-        """``Outbox.put`` with the other puts waiting meanwhile, in one transaction
-        (one fsync for the batch: a group commit, so many calls saving at once stay
-        fast). Returns when ``item`` is on disk: its row if ``lease`` (process,
-        until) leased it (``Outbox.put_all``), else None. Raises what the batch's
+        self, items: list[Item], lease: tuple[str, float] | None = None
+    ) -> list[Row]:
+        """``Outbox.put_all`` of ``items`` with the other puts waiting meanwhile, in
+        one transaction (one fsync for the batch: a group commit, so many calls
+        saving at once stay fast). Returns when they are on disk: the rows ``lease``
+        (process, until) leased (``Outbox.put_all``). Raises what the batch's
         ``put_all`` raised (all or none of a batch is written)."""
         if self.closed:
             raise StoreUnavailableError("the memory store is closed")
-        done: asyncio.Future[Row | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[Row | None]] = [loop.create_future() for _ in items]
         with self._batch_lock:
-            self._batch.append((item, lease, done))
-            first = len(self._batch) == 1
+            first = not self._batch
+            self._batch.extend(zip(items, [lease] * len(items), waits, strict=True))
         if first:  # the batch's commit queues behind the one running, if any
             self._executor.submit(self._commit_batch)
-        return await done
+        return [row for row in await asyncio.gather(*waits) if row is not None]
 
     def _commit_batch(self) -> None:
         with self._batch_lock:

@@ -213,39 +213,42 @@ class SpooledStore:
         if self._delivery is not None:
             self._delivery.kick()
 
-    async def _put(self, item: Item) -> bool:
-        """``item`` into the spool, then written through to the store (waiting for
-        that at most ``WRITE_THROUGH_WAIT``) unless it refuses writes now; False
-        (logged once) when the spool refused the item."""
+    async def _put(self, items: list[Item]) -> bool:
+        """``items`` into the spool, then written through to the store (waiting for
+        that at most ``WRITE_THROUGH_WAIT``, and not at all while an earlier one is
+        still under way) unless it refuses writes now; False (logged once) when the
+        spool refused them."""
         if self._io is None:
             return False
         lease = None
         if not self._target.refusing:
             lease = (self._ledger.me, time.time() + outbox_ledger.LEASE)
         try:
-            row = await self._io.put(item, lease)
+            rows = await self._io.put(items, lease)
         except FAIL_OPEN as exc:
             if self._io.closed:
                 raise
             self._spool_failed(exc)
             return False
         self._refused = False  # it takes puts again: a later refusal is logged
-        if row is None:  # being delivered already, or the store refuses: the loop's
+        if not rows:  # being delivered already, or the store refuses: the loop's
             self._kick()
             return True
-        task = asyncio.create_task(self._write_through(row), name="memory-spool")
+        busy = bool(self._through)
+        task = asyncio.create_task(self._write_through(rows), name="memory-spool")
         self._through.add(task)
         task.add_done_callback(self._through.discard)
-        await asyncio.wait({task}, timeout=WRITE_THROUGH_WAIT)
+        if not busy:
+            await asyncio.wait({task}, timeout=WRITE_THROUGH_WAIT)
         return True
 
-    async def _write_through(self, row: Row) -> None:
+    async def _write_through(self, rows: list[Row]) -> None:
         try:
-            await self._target.put_all([row.item])
+            await self._target.put_all([r.item for r in rows])
         except FAIL_OPEN as exc:  # it waits in the spool: the loop tries it later
-            await self._io_write(self._ledger.failed_all, [row], exc, BACKOFF[0])
+            await self._io_write(self._ledger.failed_all, rows, exc, BACKOFF[0])
         else:
-            await self._io_write(self._ledger.delivered_all, [row])
+            await self._io_write(self._ledger.delivered_all, rows)
         self._kick()  # a newer version may wait behind this one's lease
 
     async def _io_write(self, fn: Any, *args: Any) -> None:
@@ -259,12 +262,24 @@ class SpooledStore:
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
-        if not await self._put(Item.of_exchange(exchange)):
+        if not await self._put([Item.of_exchange(exchange)]):
             await self.store.save(exchange)
+
+    async def save_many(self, exchanges: list[Exchange]) -> None:
+        """``save`` for one caller's ``exchanges`` at once: one put (one fsync), one
+        write-through (the store's ``save_many``). What ``ExchangeWriter`` hands
+        over when several wait."""
+        if not await self._put([Item.of_exchange(e) for e in exchanges]):
+            save_many = getattr(self.store, "save_many", None)
+            if save_many is not None:
+                await save_many(exchanges)
+            else:
+                for exchange in exchanges:
+                    await self.store.save(exchange)
 
     async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
         summary = Item.of_summary(caller_id, Summary(call_id, text, time.time()))
-        if not await self._put(summary):
+        if not await self._put([summary]):
             await self.store.save_summary(caller_id, call_id, text)
             return
         # The summary is a call's last write (CallMemory.aclose, in the job's
