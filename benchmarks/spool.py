@@ -164,7 +164,7 @@ async def main() -> None:
                 os.environ["MEMORY_SPOOL"] = spool
                 schemas: list[str] = []
 
-                def fresh(backend: str = backend) -> str:
+                def fresh(backend: str = backend, schemas: list[str] = schemas) -> str:
                     if backend == "sqlite":
                         return f"sqlite:///{Path(tmp) / uuid.uuid4().hex}.db"
                     url = postgres_url(args.postgres)

@@ -3,7 +3,9 @@
 Each of those files is a small ``Service``: the service's own HTTP calls. This file
 turns a Service into a ``MemoryStore``, with the outbox (outbox.py) in between:
 every write goes first to a local SQLite file on the worker, then to the service in
-the background, so an outage or a worker killed mid-call loses nothing.
+the background, so an outage or a worker killed mid-call loses nothing. The outbox
+is the spool every backend has (spool.py has the design): the same file format,
+group commit and delivery loop; here it also keeps the record of what was sent.
 
 - ``Service``: what a backend file subclasses; every call goes through ``Http``
   (hosted_http.py: one ``httpx2.AsyncClient`` per process, made in ``open_store``,
@@ -242,7 +244,14 @@ class HostedStore:
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
-        await self._io.write(self._outbox.put, Item.of_exchange(exchange))
+        # the spool's group commit (outbox.OutboxThreads.put): saves of many calls
+        # at once share one transaction and one fsync
+        await self._io.put([Item.of_exchange(exchange)])
+        self._delivery.kick()
+
+    async def save_many(self, exchanges: list[Exchange]) -> None:
+        """``save`` for several exchanges at once (one put; ExchangeWriter's backlog)."""
+        await self._io.put([Item.of_exchange(e) for e in exchanges])
         self._delivery.kick()
 
     async def remember(

@@ -391,8 +391,11 @@ class SpooledStore:
         how many rows are still undelivered (0 without a spool)."""
         if self._delivery is None or self._io is None or self._io.closed:
             return 0
+        deadline = time.monotonic() + timeout
+        if self._through:  # their rows are leased until they end
+            await asyncio.wait(set(self._through), timeout=timeout)
         try:
-            return await self._delivery.flush(timeout)
+            return await self._delivery.flush(max(0.0, deadline - time.monotonic()))
         except StoreUnavailableError:
             raise
         except FAIL_OPEN as exc:
@@ -404,8 +407,6 @@ class SpooledStore:
         next process), close the spool and the store. Idempotent."""
         if self._io is not None and not self._io.closed:
             try:
-                if self._through:
-                    await asyncio.wait(set(self._through), timeout=CLOSE_TIMEOUT)
                 left = await self.flush(CLOSE_TIMEOUT)
                 if left:
                     logger.warning(
