@@ -21,7 +21,7 @@ from .callers import validate_caller_id
 from .ending import close, extractive_summary
 from .erasure import ErasureCheck
 from .extraction import FactExtraction
-from .figures import CallFigures, traced_save
+from .figures import CallFigures, traced_save, traced_save_many
 from .health import store_health
 from .intake import Backlog, accept
 from .limits import (
@@ -110,6 +110,7 @@ class CallMemory:
         self.pairing = TurnPairing(key, call_id, clock)
         self.writer = ExchangeWriter(self.store, self._save_failed)
         self.writer.save = traced_save(self.store, self.figures, self.health)
+        self.writer.save_many = traced_save_many(self.store, self.figures, self.health)
         self.extraction = FactExtraction(
             self.store,
             key,

@@ -39,6 +39,32 @@ class SchemaMismatchError(MemoryStoreError):
     the message says what to run."""
 
 
+class ServiceUnavailableError(StoreUnavailableError):
+    """The service did not answer in time, could not be reached, answered 5xx, or
+    refused the key or the plan (401, 402, 403): worth retrying later."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimitedError(ServiceUnavailableError):
+    """429: ``retry_after`` seconds to wait (from Retry-After, else a backoff)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message, 429)
+        self.retry_after = retry_after
+
+
+class ServiceRejectedError(MemoryStoreError, ValueError):
+    """The service refused the request itself (400, 404, 409, 413, 422): retrying the
+    same request cannot help. The item stays in the spool, marked rejected."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 FAIL_OPEN = (Exception,)
 """What memory's fail-open code catches: any failure of a store, a model answer or a
 hook becomes "no memory this time", logged once, and never reaches the call. Named

@@ -120,3 +120,35 @@ def traced_save(
             figures.record("memory.save", started, time.time_ns(), outcome, rows, {})
 
     return save
+
+
+def traced_save_many(
+    store: MemoryStore, figures: CallFigures, health: StoreHealth
+) -> Callable[[list[Exchange]], Awaitable[None]] | None:
+    """``traced_save`` for a store's ``save_many`` (several exchanges of one caller in
+    one call): one "memory.save" span with their count. None for a store whose class
+    has none (a wrapper that forwards other names does not count: it would skip
+    what the wrapper does around ``save``)."""
+    if getattr(type(store), "save_many", None) is None:
+        return None
+    save_many = store.save_many  # type: ignore[attr-defined]
+
+    async def save(exchanges: list[Exchange]) -> None:
+        started, outcome = time.time_ns(), "unavailable"
+        try:
+            await save_many(exchanges)
+            outcome = "saved"
+            for exchange in exchanges:
+                figures.wrote(exchange.key)
+            health.worked(save=True)
+        except TimeoutError:
+            outcome = "timed out"
+            raise
+        except FAIL_OPEN as exc:
+            health.failed(exc, save=True)
+            raise
+        finally:
+            rows = len(exchanges) if outcome == "saved" else 0
+            figures.record("memory.save", started, time.time_ns(), outcome, rows, {})
+
+    return save

@@ -3,7 +3,9 @@
 Each of those files is a small ``Service``: the service's own HTTP calls. This file
 turns a Service into a ``MemoryStore``, with the outbox (outbox.py) in between:
 every write goes first to a local SQLite file on the worker, then to the service in
-the background, so an outage or a worker killed mid-call loses nothing.
+the background, so an outage or a worker killed mid-call loses nothing. The outbox
+is the spool every backend has (spool.py has the design): the same file format,
+group commit and delivery loop; here it also keeps the record of what was sent.
 
 - ``Service``: what a backend file subclasses; every call goes through ``Http``
   (hosted_http.py: one ``httpx2.AsyncClient`` per process, made in ``open_store``,
@@ -114,6 +116,11 @@ class Service:
     key_env = ""  # environment variable with the API key
     auth_scheme = ""  # Authorization: <auth_scheme> <key>
     lists_items = True  # False: ``listing`` returns None (reads come from the outbox)
+    # How delivery (hosted_delivery) treats it: rows per round, one ``put`` each (a
+    # service may refuse one item and take the others), the backoff kept at close.
+    claim = 16
+    batched = False
+    retries_at_close = False
 
     def __init__(self, http: Http, ids: RemoteIds) -> None:
         self.http = http
@@ -124,6 +131,10 @@ class Service:
     async def put(self, item: Item, attempts: int) -> dict[str, Any]:
         """Store ``item`` (a new version replaces the old); returns its ``remote`` ids.
         ``attempts``: earlier tries that failed, maybe after the service acted."""
+        raise NotImplementedError
+
+    async def put_all(self, items: list[Item]) -> None:
+        """Only for a ``batched`` target (spool.StoreTarget); a service puts each."""
         raise NotImplementedError
 
     async def search(self, caller_id: str, query: str, limit: int) -> list[Item]:
@@ -233,18 +244,15 @@ class HostedStore:
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
-        # On the writer thread, after any forget this process queued before it.
-        if await self._io.write(self._put_unless_erased, exchange):
-            self._delivery.kick()
+        # the spool's group commit (outbox.OutboxThreads.put): saves of many calls
+        # at once share one transaction and one fsync
+        await self._io.put([Item.of_exchange(exchange)])
+        self._delivery.kick()
 
-    def _put_unless_erased(self, exchange: Exchange) -> bool:
-        # An exchange said before the caller was forgotten (a late save, a retry) is
-        # not kept: the outbox's tombstone of the caller says when (erased_at).
-        _, marks = self._outbox.rows(exchange.caller_id, ())
-        if exchange.created_at <= marks.before:
-            return False
-        self._outbox.put(Item.of_exchange(exchange))
-        return True
+    async def save_many(self, exchanges: list[Exchange]) -> None:
+        """``save`` for several exchanges at once (one put; ExchangeWriter's backlog)."""
+        await self._io.put([Item.of_exchange(e) for e in exchanges])
+        self._delivery.kick()
 
     async def erased_at(self, caller_id: str) -> float:
         """From the outbox's tombstones: what the worker processes sharing this

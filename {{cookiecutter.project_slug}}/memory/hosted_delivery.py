@@ -1,8 +1,12 @@
-"""Delivery of a hosted store's writes: a background loop in the job's event loop
-takes what is due from the outbox (``outbox_ledger``), deletes first, puts each item
-to the service, and records the outcome: delivered, tried again after a backoff (a
-429's wait, a 5xx, a timeout) or, for a request the service refused, kept and
-marked. The log says once that the outbox backs up, and once that it drained.
+"""Delivery of a spool's writes (outbox.py) to where they are kept: a hosted
+service (hosted.py) or a local store (spool.py). A background loop in the job's event
+loop takes what is due from the spool file (``outbox_ledger``), deletes first, puts
+each item to the target, and records the outcome: delivered, tried again after a
+backoff (a 429's wait, a 5xx, a timeout, a store that is down) or, for a request the
+service refused, kept and marked. A target with ``put_all`` (a local store) gets one
+caller's items in one call (one round trip, one transaction), and the outcome is
+recorded for the batch in one transaction. The log says once that the spool backs
+up, and once that it drained.
 
 Units: seconds.
 """
@@ -13,21 +17,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import FAIL_OPEN, StoreUnavailableError
-from .hosted_http import (
-    Http,
+from .errors import (
+    FAIL_OPEN,
     RateLimitedError,
     ServiceRejectedError,
-    ServiceUnavailableError,
+    StoreUnavailableError,
 )
 from .outbox import MAX_PENDING, OutboxThreads
 from .outbox_items import Row
 from .outbox_ledger import Ledger
 
-if TYPE_CHECKING:  # hosted imports this module
-    from .hosted import Service
+if TYPE_CHECKING:
+    from .outbox_items import Item
 
 logger = logging.getLogger("memory.hosted")
 
@@ -42,6 +45,33 @@ BACKLOG_WARNING = 100
 that the outbox is backing up."""
 
 
+class Paced(Protocol):
+    """What delivery asks of the target's connection: until when (time.monotonic())
+    it must not be asked anything (a rate limit's wait; 0 for a local store)."""
+
+    paused_until: float
+
+
+class Target(Protocol):
+    """Where delivery writes: a hosted ``Service`` (hosted.py) or a local store's
+    ``StoreTarget`` (spool.py)."""
+
+    name: str
+    claim: int  # rows one round takes
+    batched: bool  # True: ``put_all`` takes one caller's due rows at once
+    retries_at_close: bool  # True: ``flush`` tries rows waiting out a backoff too
+
+    async def put(self, item: Item, attempts: int) -> dict[str, Any]: ...
+
+    async def put_all(self, items: list[Item]) -> None: ...
+
+    async def delete(
+        self, caller_id: str, items: list[tuple[str, dict[str, Any]]]
+    ) -> None: ...
+
+    async def delete_caller(self, caller_id: str) -> None: ...
+
+
 class Delivery:
     """The delivery of one HostedStore: ``kick`` starts or wakes the loop, ``flush``
     delivers what waits within a bound, ``stop`` ends the loop (the store's
@@ -49,7 +79,11 @@ class Delivery:
     and logged once."""
 
     def __init__(
-        self, service: Service, http: Http, io: OutboxThreads, ledger: Ledger
+        self,
+        service: Target,
+        http: Paced,
+        io: OutboxThreads,
+        ledger: Ledger,
     ) -> None:
         self._service = service
         self._http = http
@@ -61,6 +95,7 @@ class Delivery:
         self._round_loop: asyncio.AbstractEventLoop | None = None
         self._warned: set[str] = set()
         self._last_error: BaseException | None = None
+        self._released: asyncio.Future[Any] | None = None  # held while it runs
 
     def kick(self) -> None:
         """Start the delivery loop in the running event loop (the job's), or wake it."""
@@ -100,11 +135,37 @@ class Delivery:
         if self._round is None or self._round_loop is not loop:  # a lock is one loop's
             self._round, self._round_loop = asyncio.Lock(), loop
         async with self._round:
-            deletes, rows = await self._io.write(self._ledger.claim, 16)
+            claim = self._service.claim
+            deletes, rows = await self._io.write(self._ledger.claim, claim)
             for d in deletes:
                 await self._delete(d)
-            await asyncio.gather(*(self._put(r) for r in rows))
+            try:
+                if self._service.batched:  # one call per caller's batch
+                    batches: dict[str, list[Row]] = {}
+                    for r in rows:
+                        batches.setdefault(r.item.caller_id, []).append(r)
+                    await asyncio.gather(*(self._put_all(b) for b in batches.values()))
+                else:
+                    await asyncio.gather(*(self._put(r) for r in rows))
+            except asyncio.CancelledError:
+                # A flush's bound ran out mid-round: give the rows back now, not
+                # after LEASE (the target may have them: delivering again is safe).
+                release = self._io.write(self._ledger.release, rows)
+                self._released = asyncio.ensure_future(release)
+                self._released.add_done_callback(_quiet)
+                raise
         return bool(deletes or rows)
+
+    async def _put_all(self, rows: list[Row]) -> None:
+        try:
+            await asyncio.wait_for(
+                self._service.put_all([r.item for r in rows]), DELIVERY_TIMEOUT
+            )
+        except FAIL_OPEN as exc:
+            retry = self._retry_in(exc, max(r.attempts for r in rows))
+            await self._io.write(self._ledger.failed_all, rows, exc, retry)
+        else:
+            await self._io.write(self._ledger.delivered_all, rows)
 
     async def _put(self, row: Row) -> None:
         try:
@@ -165,7 +226,7 @@ class Delivery:
             return None
         if isinstance(exc, RateLimitedError):
             return exc.retry_after
-        if not isinstance(exc, (ServiceUnavailableError, TimeoutError)):
+        if not isinstance(exc, (StoreUnavailableError, TimeoutError)):
             self.warn_once("deliver", "memory delivery failed unexpectedly: %r", exc)
         return BACKOFF[min(attempts, len(BACKOFF) - 1)]
 
@@ -202,16 +263,22 @@ class Delivery:
     async def flush(self, timeout: float = CLOSE_TIMEOUT) -> int:
         """Deliver what is waiting, for at most ``timeout`` seconds; returns how many
         writes are still undelivered (they stay in the outbox)."""
-        await self._io.write(self._ledger.due_now)
+        await self._io.write(self._ledger.due_now, self._service.retries_at_close)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if not await asyncio.wait_for(
+                if await asyncio.wait_for(
                     self.deliver_once(), deadline - time.monotonic()
                 ):
-                    break
+                    continue
             except TimeoutError:
                 break
+            # Nothing due now: wait for what comes due within the bound (a backoff,
+            # a lease given back by a round cut short), not for what comes later.
+            count, _, due = await self._io.read(self._ledger.backlog)
+            if not count or due is None or due >= deadline - time.monotonic():
+                break
+            await asyncio.sleep(max(due, 0.01))
         count, oldest, _ = await self._io.read(self._ledger.backlog)
         self._report_backlog(count, oldest)
         return count
@@ -223,3 +290,9 @@ class Delivery:
             and self._task.get_loop() is asyncio.get_running_loop()
         ):
             self._task.cancel()
+
+
+def _quiet(done: asyncio.Future[Any]) -> None:
+    # a release that failed (the file closed meanwhile): the lease runs out instead
+    if not done.cancelled():
+        done.exception()

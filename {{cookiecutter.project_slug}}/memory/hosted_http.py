@@ -22,7 +22,11 @@ from urllib.parse import quote
 # hosted backend); elsewhere a type checker reads it as Any instead of failing.
 import httpx2  # type: ignore[import-not-found, unused-ignore]
 
-from .errors import MemoryStoreError, StoreUnavailableError
+from .errors import (
+    RateLimitedError,
+    ServiceRejectedError,
+    ServiceUnavailableError,
+)
 
 CONNECT_TIMEOUT = 2.0
 """Seconds to open a connection to the service."""
@@ -31,32 +35,6 @@ READ_TIMEOUT = 2.0
 RECALL_BUDGET, this only bounds the request behind it."""
 RATE_LIMIT_WAIT = 2.0
 """Seconds every call waits after a 429 that says for how long in no header."""
-
-
-class ServiceUnavailableError(StoreUnavailableError):
-    """The service did not answer in time, could not be reached, answered 5xx, or
-    refused the key or the plan (401, 402, 403): worth retrying later."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class RateLimitedError(ServiceUnavailableError):
-    """429: ``retry_after`` seconds to wait (from Retry-After, else a backoff)."""
-
-    def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(message, 429)
-        self.retry_after = retry_after
-
-
-class ServiceRejectedError(MemoryStoreError, ValueError):
-    """The service refused the request itself (400, 404, 409, 413, 422): retrying the
-    same request cannot help. The item stays in the outbox, marked rejected."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class Http:

@@ -21,6 +21,7 @@ Units: seconds (times are seconds since the epoch unless said otherwise).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import threading
@@ -96,6 +97,11 @@ CREATE TABLE IF NOT EXISTS remote_ids (
 );
 """
 PENDING = "delivered < version AND rejected = 0"
+ROW = (
+    "caller_id, id, kind, call_id, at, data, remote, version, delivered, "
+    "delivered_at, attempts"
+)
+"""The columns ``row_of`` reads, in its order."""
 
 
 class Outbox:
@@ -106,10 +112,15 @@ class Outbox:
     waits for a write, so recall never queues behind delivery bookkeeping). Several
     worker processes may share the file: WAL, a busy timeout, and leases on rows
     being delivered (``outbox_ledger``). ``synchronous=FULL``: a row is on disk when ``put`` returns.
+
+    ``keeps_record`` False (a local store's spool, spool.py): a delivered row is
+    deleted at once (the store is the record), and deleted rows are overwritten
+    (``secure_delete``), so the file holds callers' words only while undelivered.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keeps_record: bool = True) -> None:
         self.path = path
+        self.keeps_record = keeps_record
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -143,6 +154,8 @@ class Outbox:
                 self.path, timeout=5.0, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA synchronous=FULL")
+            if not self.keeps_record:
+                conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -170,8 +183,16 @@ class Outbox:
         ``StoreUnavailableError`` when MAX_PENDING rows wait already."""
         self.put_all([item], deadline)
 
-    def put_all(self, items: list[Item], deadline: float | None = None) -> None:
-        """``put`` for several items, in one transaction (all or none)."""
+    def put_all(
+        self,
+        items: list[Item],
+        deadline: float | None = None,
+        leases: dict[tuple[str, str], tuple[str, float]] | None = None,
+    ) -> list[Row]:
+        """``put`` for several items, in one transaction (all or none). ``leases``
+        ((caller id, item id) -> (process, until)): those items' rows are leased to
+        that process as well, unless another holds them or they are delivered, and
+        returned (a write-through: spool.py); [] without."""
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError("the write was not started in time; nothing was written")
         now = time.time()
@@ -185,7 +206,20 @@ class Outbox:
                     "the service has not accepted writes for a while"
                 )
             for item in items:
+                if item.kind == "exchange" and item.at <= self._erased_before(
+                    db, item.caller_id
+                ):
+                    continue  # said before its caller was forgotten: a late save
                 self._put(db, item, now)
+            return _leased(db, leases or {}, now)
+
+    @staticmethod
+    def _erased_before(db: sqlite3.Connection, caller_id: str) -> float:
+        # what this outbox's tombstones say was forgotten of the caller, up to when
+        found = db.execute(
+            "SELECT max(before) FROM tombstones WHERE caller_id = ?", (caller_id,)
+        ).fetchone()[0]
+        return float(found or 0.0)
 
     def _put(self, db: sqlite3.Connection, item: Item, now: float) -> None:
         settle = (
@@ -214,12 +248,18 @@ class Outbox:
         )
 
     def forget(
-        self, caller_id: str, scope: dict[str, Any], also: list[Item], deadline: float
+        self,
+        caller_id: str,
+        scope: dict[str, Any],
+        also: list[Item],
+        deadline: float,
+        remote: bool = True,
     ) -> int:
         """Delete the items in ``scope`` ({"items": [id, ...]} | {"call": call id} | {}
         for everything) and ``also`` (what the service listed in that scope), remember
-        the forget (tombstone) and queue the service's delete. Undelivered items are
-        never delivered now. Returns how many distinct items were forgotten."""
+        the forget (tombstone) and, with ``remote``, queue the service's delete (a
+        local store forgets itself: spool.py). Undelivered items are never delivered
+        now. Returns how many distinct items were forgotten."""
         if time.monotonic() > deadline:
             raise TimeoutError(
                 "the forget was not started in time; nothing was forgotten"
@@ -257,11 +297,13 @@ class Outbox:
                     for i in ids
                 ],
             )
-            if gone or not scope:
+            if remote and (gone or not scope):
                 db.execute(
                     "INSERT INTO deletes (caller_id, everything, items) VALUES (?, ?, ?)",
                     (caller_id, int(not scope), json.dumps(sorted(gone.items()))),
                 )
+        if not self.keeps_record:  # the forgotten words out of the WAL file too
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return count
 
     def purge(self, what: str, before: float) -> int:
@@ -302,8 +344,7 @@ class Outbox:
         LAG_WINDOW), and what was forgotten."""
         marks = ",".join("?" * len(kinds)) or "NULL"
         found = self.db.execute(
-            f"""SELECT caller_id, id, kind, call_id, at, data, remote, version, delivered,
-                       delivered_at, attempts FROM items
+            f"""SELECT {ROW} FROM items
                 WHERE caller_id = ? AND (kind IN ({marks}) OR (? AND kind = 'exchange'
                       AND (delivered < version OR delivered_at > ?)))""",
             (caller_id, *kinds, fresh, time.time() - LAG_WINDOW),
@@ -343,6 +384,44 @@ class Outbox:
             self._connections.clear()
 
 
+def _leased(
+    db: sqlite3.Connection,
+    leases: dict[tuple[str, str], tuple[str, float]],
+    now: float,
+) -> list[Row]:
+    """Lease these pending rows (``Outbox.put_all``'s ``leases``) unless another
+    process holds them; returns those now leased."""
+    held = []
+    for (caller_id, item_id), (who, until) in leases.items():
+        leased = db.execute(
+            "UPDATE items SET lease = ?, lease_until = ?, attempts = attempts + 1"
+            f" WHERE caller_id = ? AND id = ? AND {PENDING} AND lease_until <= ?",
+            (who, until, caller_id, item_id, now),
+        ).rowcount
+        if leased:
+            found = db.execute(
+                f"SELECT {ROW} FROM items WHERE caller_id = ? AND id = ?",
+                (caller_id, item_id),
+            ).fetchone()
+            held.append(row_of(found))
+    return held
+
+
+Batched = tuple[Item, "tuple[str, float] | None", "asyncio.Future[Row | None]"]
+"""A put waiting for its batch's commit: the item, its lease, its outcome."""
+
+
+def _settle(
+    done: asyncio.Future[Row | None], row: Row | None, error: BaseException | None
+) -> None:
+    if done.cancelled():
+        return
+    if error is None:
+        done.set_result(row)
+    else:
+        done.set_exception(error)
+
+
 def row_of(r: Any) -> Row:
     """The Row of an ``items`` row selected as ``Outbox.rows`` selects it."""
     item = Item(r[1], r[0], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
@@ -355,11 +434,15 @@ class OutboxThreads:
     a recall never waits behind a delivery's write. Raises ``StoreUnavailableError``
     for a file that cannot be used, and for work asked of it once ``closed``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keeps_record: bool = True) -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="memory-outbox")
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="memory-outbox-read")
+        self._batch: list[Batched] = []  # to commit next
+        self._batch_lock = threading.Lock()
         try:
-            self.outbox: Outbox = self._executor.submit(Outbox, path).result()
+            self.outbox: Outbox = self._executor.submit(
+                Outbox, path, keeps_record
+            ).result()
         except (sqlite3.Error, OSError) as exc:
             self._executor.shutdown()
             self._readers.shutdown()
@@ -383,6 +466,44 @@ class OutboxThreads:
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, fn, *args
         )
+
+    async def put(
+        self, items: list[Item], lease: tuple[str, float] | None = None
+    ) -> list[Row]:
+        """``Outbox.put_all`` of ``items`` with the other puts waiting meanwhile, in
+        one transaction (one fsync for the batch: a group commit, so many calls
+        saving at once stay fast). Returns when they are on disk: the rows ``lease``
+        (process, until) leased (``Outbox.put_all``). Raises what the batch's
+        ``put_all`` raised (all or none of a batch is written)."""
+        if self.closed:
+            raise StoreUnavailableError("the memory store is closed")
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[Row | None]] = [loop.create_future() for _ in items]
+        with self._batch_lock:
+            first = not self._batch
+            self._batch.extend(zip(items, [lease] * len(items), waits, strict=True))
+        if first:  # the batch's commit queues behind the one running, if any
+            self._executor.submit(self._commit_batch)
+        return [row for row in await asyncio.gather(*waits) if row is not None]
+
+    def _commit_batch(self) -> None:
+        with self._batch_lock:
+            batch, self._batch = self._batch, []
+        error: BaseException | None = None
+        held: dict[tuple[str, str], Row] = {}
+        # the newest version of an item in the batch is the one kept
+        items = {(i.caller_id, i.id): i for i, _, _ in batch}
+        leases = {(i.caller_id, i.id): lease for i, lease, _ in batch if lease}
+        try:
+            for leased in self.outbox.put_all(list(items.values()), None, leases):
+                held[leased.item.caller_id, leased.item.id] = leased
+        except Exception as exc:  # handed to every put waiting for this batch
+            error = exc
+        for item, _, done in batch:  # each on its own event loop (closed: none waits)
+            key = (item.caller_id, item.id)
+            row = held.pop(key) if key in held else None  # to one put only
+            with contextlib.suppress(RuntimeError):
+                done.get_loop().call_soon_threadsafe(_settle, done, row, error)
 
     async def close(self) -> None:
         """Refuse more work, wait for the threads' work, and close the file."""

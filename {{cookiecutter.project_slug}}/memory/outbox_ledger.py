@@ -99,6 +99,42 @@ class Ledger:
                     (row.item.caller_id, json.dumps([[row.item.id, remote]])),
                 )
 
+    def delivered_all(self, rows: list[Row]) -> None:
+        """The target has these rows' versions (a local store: ``put_all``), recorded
+        in one transaction. A spool that keeps no record (``Outbox.keeps_record``
+        False) deletes them at once, unless a newer version came meanwhile."""
+        now = time.time()
+        with self.outbox.transaction() as db:
+            db.executemany(
+                """UPDATE items SET delivered = ?, delivered_at = ?, attempts = 0,
+                       lease = NULL, lease_until = 0, error = NULL
+                   WHERE caller_id = ? AND id = ?""",
+                [(r.version, now, r.item.caller_id, r.item.id) for r in rows],
+            )
+            if not self.outbox.keeps_record:
+                db.executemany(
+                    "DELETE FROM items WHERE caller_id = ? AND id = ? "
+                    "AND delivered >= version",
+                    [(r.item.caller_id, r.item.id) for r in rows],
+                )
+
+    def release(self, rows: list[Row]) -> None:
+        """Give back this process's leases of ``rows`` (a round cut short)."""
+        with self.outbox.transaction() as db:
+            db.executemany(
+                "UPDATE items SET lease = NULL, lease_until = 0"
+                " WHERE caller_id = ? AND id = ? AND lease = ?",
+                [(r.item.caller_id, r.item.id, self.me) for r in rows],
+            )
+
+    def failed_all(
+        self, rows: list[Row], error: BaseException, retry_in: float | None
+    ) -> None:
+        """``failed`` for a batch, in one transaction."""
+        with self.outbox.transaction():
+            for r in rows:
+                self.failed("items", (r.item.caller_id, r.item.id), error, retry_in)
+
     def failed(
         self,
         table: str,
@@ -120,11 +156,12 @@ class Ledger:
             ),
         )
 
-    def due_now(self) -> None:
-        """Make every undelivered row due (``close``: no more waiting for replies)."""
-        self.outbox.db.execute(
-            f"UPDATE items SET next_at = 0 WHERE {PENDING} AND attempts = 0"
-        )
+    def due_now(self, every: bool = False) -> None:
+        """Make every undelivered row due (``close``: no more waiting for replies):
+        those never tried, or with ``every`` (a local store) those waiting out a
+        backoff too."""
+        tried = "" if every else " AND attempts = 0"
+        self.outbox.db.execute(f"UPDATE items SET next_at = 0 WHERE {PENDING}{tried}")
 
     def deleted(self, seq: int) -> None:
         self.outbox.db.execute("DELETE FROM deletes WHERE seq = ?", (seq,))

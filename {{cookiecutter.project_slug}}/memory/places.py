@@ -1,7 +1,8 @@
 """Where memory keeps its local files: the data folder.
 
-The SQLite memory file (the embedded default), a hosted backend's outbox, and any
-other file memory writes on the worker machine go in one folder, outside the source
+The SQLite memory file (the embedded default), a hosted backend's outbox, the
+PostgreSQL store's spool (spool.py), and any other file memory writes on the worker
+machine go in one folder, outside the source
 tree and the image: ``data/`` in the project's root (the nearest folder above this
 package that holds a ``pyproject.toml``: for agent-starter-python's layout,
 ``src/memory/`` -> ``data/`` beside ``src/``), or the folder ``MEMORY_DATA_DIR``
@@ -15,6 +16,7 @@ generated for PostgreSQL or a hosted service has it), else the embedded default.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tomllib
@@ -100,6 +102,14 @@ def warn_of_earlier_file(path: Path) -> None:
 
 
 _warned: set[Path] = set()
+
+
+def spool_in_data_dir(*identity: str) -> Path:
+    """The spool file (spool.py) in the data folder of the store ``identity`` names
+    (e.g. its server, database, schema and tenant): ``memory-spool-<12 hex digits of
+    SHA-256 over identity>.db``, so one store's spool is never another's."""
+    digest = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:12]
+    return data_dir() / f"memory-spool-{digest}.db"
 
 
 def local_path(path: str) -> Path:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 # psycopg is installed only where this backend is used (``psycopg[binary,pool]``);
 # elsewhere a type checker reads these names as Any instead of failing the folder.
@@ -40,7 +41,8 @@ import psycopg  # type: ignore[import-not-found, unused-ignore]
 
 from .facts import Fact, Remembered, matching_facts, reconcile
 from .limits import RECALL_EXCHANGES, RECENT_SUMMARIES, WRITE_TIMEOUT
-from .postgres_pool import POOL_SIZE, READ_TIMEOUT, Pool
+from .places import spool_in_data_dir
+from .postgres_pool import POOL_SIZE, READ_TIMEOUT, SAVE_TIMEOUT, Pool
 from .postgres_schema import (
     CONNECT_TIMEOUT,
     MIGRATIONS,
@@ -160,21 +162,36 @@ class PostgresStore:
         self._sql = {name: sql.format(s=target.schema) for name, sql in QUERIES.items()}
         self._pool = Pool(target)  # how the work runs: in order, within bounds
 
+    @property
+    def spool_path(self) -> Path:
+        """This store's spool file (spool.py): in the data folder, one per server,
+        database, schema and tenant."""
+        return spool_in_data_dir(self.target.where, self.target.tenant)
+
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
         e = exchange
-        args = {
-            "key": e.key,
-            "call": e.call_id,
-            "user": e.user_text,
-            "reply": e.assistant_text,
-            "cut": e.interrupted,
-            "items": list(e.item_ids),
-            "at": e.created_at,
-            **exchange_words(self.target.tenant, e),  # what the turns are made of
-        }
+        args = _save_args(self.target.tenant, e)
         await self._pool.write(e.caller_id, [(self._sql["save"], args)], "a save")
+
+    async def save_many(self, exchanges: list[Exchange]) -> None:
+        """Save one caller's ``exchanges`` in one transaction and one round trip
+        (psycopg's ``executemany`` pipelines the statements): all or none, within
+        ``SAVE_TIMEOUT`` (the spool's delivery, a backlog after an outage)."""
+        if not exchanges:
+            return
+        caller_id = exchanges[0].caller_id
+        rows = [_save_args(self.target.tenant, e) for e in exchanges]
+
+        async def batch(conn: psycopg.AsyncConnection, scope: dict) -> int:
+            async with conn.cursor() as cursor:
+                await cursor.executemany(
+                    self._sql["save"], [{**scope, **r} for r in rows]
+                )
+                return len(rows)
+
+        await self._pool.write(caller_id, batch, "a batch of saves", SAVE_TIMEOUT)
 
     async def remember(
         self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT
@@ -356,6 +373,19 @@ class PostgresStore:
             ).fetchall()
 
         return await self._pool.read(work)
+
+
+def _save_args(tenant: str, e: Exchange) -> dict:
+    return {
+        "key": e.key,
+        "call": e.call_id,
+        "user": e.user_text,
+        "reply": e.assistant_text,
+        "cut": e.interrupted,
+        "items": list(e.item_ids),
+        "at": e.created_at,
+        **exchange_words(tenant, e),  # what the turns are made of
+    }
 
 
 if __name__ == "__main__":  # uv run -m memory.postgres_store <command>

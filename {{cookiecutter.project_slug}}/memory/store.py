@@ -155,6 +155,10 @@ BACKENDS = {
 """URL scheme -> the module of this package that opens it. Add a line here to add a
 backend (README, "Adding a backend")."""
 
+SPOOLED = ("sqlite_store", "postgres_store")
+"""Backends ``open_store`` gives a spool (spool.py); a hosted backend's outbox is
+its spool."""
+
 DRIVERS = {
     "postgres_store": "psycopg[binary,pool]",
     "supermemory_store": "httpx2",
@@ -176,6 +180,10 @@ def open_store(
     on. Empty or unset means the project's default (``places.default_url``: its
     pyproject.toml's ``[tool.livekit-memory] url``, else a SQLite file in the data
     folder). Spaces around the URL are ignored.
+
+    A SQLite or PostgreSQL store comes with its spool (``spool.spooled``: what a
+    call saves is on the worker's disk first, and reaches the store from this or a
+    later process).
 
     ``create=False`` (what reads for an operator use) opens only a store that exists:
     a backend that would create one (SQLite: a file not there) raises
@@ -234,10 +242,14 @@ def _open(url: str | None, create: bool) -> MemoryStore:
 def _open_with(module: Any, url: str, create: bool) -> MemoryStore:
     # Only a backend whose open_store takes ``create`` can create a store on opening.
     if not create and "create" in inspect.signature(module.open_store).parameters:
-        store: MemoryStore = module.open_store(url, create=False)
-        return store
-    opened: MemoryStore = module.open_store(url)
-    return opened
+        opened: MemoryStore = module.open_store(url, create=False)
+    else:
+        opened = module.open_store(url)
+    if module.__name__.rsplit(".", 1)[-1] not in SPOOLED:
+        return opened
+    from .spool import spooled  # here: spool imports this module
+
+    return spooled(opened, create=create)
 
 
 def redact_url(url: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Awaitable, Callable
 
 from .errors import FAIL_OPEN
@@ -13,11 +14,15 @@ from .limits import RETRY_PARKED_AFTER, SAVE_ATTEMPTS
 from .records import Exchange
 from .store import MemoryStore
 
+BATCH = 200
+"""Exchanges one ``save_many`` takes at most (a backlog after an outage)."""
+
 
 class ExchangeWriter:
     """Saves exchanges in the background, oldest first, newest version only.
 
-    ``put`` never blocks or raises. An exchange that fails ``SAVE_ATTEMPTS`` times
+    ``put`` never blocks or raises. Several waiting at once (a backlog) go in one
+    ``save_many`` when the store has one (one round trip). An exchange that fails ``SAVE_ATTEMPTS`` times
     (with 0.1 s, 0.2 s pauses) is parked so it never holds up the rest; parked
     exchanges are tried again as soon as another save succeeds (the store is back)
     and on a backoff timer (``RETRY_PARKED_AFTER``), and once more by ``flush``.
@@ -36,6 +41,9 @@ class ExchangeWriter:
         self.saved = 0
         self.save: Callable[[Exchange], Awaitable[None]] = store.save
         """What writes one exchange (CallMemory puts its traced save here)."""
+        self.save_many: Callable[[list[Exchange]], Awaitable[None]] | None = None
+        """What writes several at once (a store's ``save_many``, traced), or None:
+        when several wait (a backlog), they go in one call, up to ``BATCH``."""
 
     @property
     def unsaved(self) -> int:
@@ -73,29 +81,39 @@ class ExchangeWriter:
 
     async def _run(self) -> None:
         while self._pending:
-            key, exchange = next(iter(self._pending.items()))
+            size = BATCH if self.save_many is not None else 1
+            batch = dict(itertools.islice(self._pending.items(), size))
             saved, error = False, None
             for attempt in range(SAVE_ATTEMPTS):
-                if self._pending.get(key) is not exchange:
-                    break  # replaced by a newer version, or forgotten meanwhile
+                # those replaced by a newer version, or forgotten, meanwhile go out
+                live = [e for k, e in batch.items() if self._pending.get(k) is e]
+                if not live:
+                    break
                 try:
-                    await self.save(exchange)
+                    if len(live) > 1 and self.save_many is not None:
+                        await self.save_many(live)
+                    else:
+                        await self.save(live[0])
                     saved = True
                     break
                 except FAIL_OPEN as exc:
                     error = exc
                     if attempt < SAVE_ATTEMPTS - 1:
                         await asyncio.sleep(0.1 * 2**attempt)
-            if self._pending.get(key) is not exchange:
+            done = [k for k, e in batch.items() if self._pending.get(k) is e]
+            if not done:
                 continue
-            del self._pending[key]
+            for key in done:
+                exchange = self._pending.pop(key)
+                if saved:
+                    self.saved += 1
+                else:
+                    self._parked[key] = exchange
             if saved:
-                self.saved += 1
                 self._retries = 0
                 if self._parked:  # the store is back: the parked ones go next
                     self.retry_parked()
             else:
-                self._parked[key] = exchange
                 self._on_error(error or RuntimeError("save failed"))
                 self._schedule_retry()
 

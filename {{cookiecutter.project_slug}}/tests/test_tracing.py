@@ -60,10 +60,10 @@ async def test_recall_and_save_are_spans_in_livekits_traces(store, spans):
         # under the LiveKit span of the reply it served
         assert span.parent is not None and by_id[span.parent.span_id].name == "llm_node"
     # the greeting (the call's opening) when the caller's words arrive; the exchange
-    # then, and again with the reply
+    # then, and again with the reply (those waiting at once: one span, their count)
     saves = [dict(s.attributes) for s in memory_spans(spans, "memory.save")]
-    assert 2 <= len(saves) <= 3
-    assert all(a["memory.outcome"] == "saved" and a["memory.rows"] == 1 for a in saves)
+    assert 2 <= sum(a["memory.rows"] for a in saves) <= 3
+    assert all(a["memory.outcome"] == "saved" and a["memory.rows"] >= 1 for a in saves)
     assert "Friday" not in str(
         [
             dict(s.attributes)

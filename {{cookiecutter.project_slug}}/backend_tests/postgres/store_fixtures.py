@@ -64,7 +64,9 @@ def own_schema(*, upgraded: bool) -> Iterator[str]:
 
 
 @pytest.fixture
-def store_url() -> Iterator[str]:
-    """MEMORY_URL of an empty store that only this test uses."""
+def store_url(tmp_path, monkeypatch) -> Iterator[str]:
+    """MEMORY_URL of an empty store that only this test uses; its spool (the data
+    folder's, memory/spool.py) is the test's too."""
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "data"))
     with own_schema(upgraded=True) as url:
         yield url

@@ -1,0 +1,156 @@
+"""The spool on the SQLite backend (memory/spool.py), with real processes: what a
+call handed to memory survives the store refusing writes for the whole call and the
+worker's SIGKILL, and the next worker delivers it once; an erasure in between
+reaches it. Also: a damaged spool fails open, retention and erasure reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import memory
+from memory import outbox
+from memory.sqlite_store import path_of
+from tests.doubles import make_exchange
+from tests.spool_worker import a_later_call, call_then_hang, caller_turns
+
+PROJECT = Path(__file__).resolve().parents[1]
+ALICE, BOB = "alice@example.com", "+15550100200"
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def stored(path: Path, caller_id: str) -> list[tuple[str, str]]:
+    """(key, user_text) of the caller's exchanges in the memory file, read directly."""
+    with sqlite3.connect(path) as conn:
+        return conn.execute(
+            "SELECT key, user_text FROM exchanges WHERE caller_id = ? ORDER BY key",
+            (caller_id,),
+        ).fetchall()
+
+
+async def killed_while_the_store_refused(store_url: str, turns: list[str]) -> Path:
+    """A worker runs a call while another process holds the memory file's write
+    lock (the store refuses every write), and is killed with SIGKILL mid-call; the
+    lock is then released. Returns the memory file's path."""
+    path = path_of(store_url)
+    first = memory.open_store(store_url)  # the file, with its schema
+    await first.close()
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")  # every other writer waits, then fails
+    try:
+        ready = SPAWN.Event()
+        worker = SPAWN.Process(
+            target=call_then_hang, args=(store_url, [ALICE, BOB], turns, ready, {})
+        )
+        worker.start()
+        assert await asyncio.to_thread(ready.wait, 60)
+        await asyncio.sleep(0.3)
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(10)
+        assert worker.exitcode == -signal.SIGKILL
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert stored(path, ALICE) == stored(path, BOB) == []  # it took nothing
+    return path
+
+
+def next_worker(store_url: str) -> None:
+    later = SPAWN.Process(target=a_later_call, args=(store_url, {}))
+    later.start()
+    later.join(60)
+    assert later.exitcode == 0
+
+
+async def test_a_call_the_store_refused_throughout_then_killed_reaches_it_through_the_next_worker(
+    store_url,
+):
+    turns = caller_turns(6, "saffron")
+    path = await killed_while_the_store_refused(store_url, turns)
+    next_worker(store_url)
+    for caller in (ALICE, BOB):
+        keys = [memory.exchange_key(caller, f"user_{n}") for n in range(len(turns))]
+        assert stored(path, caller) == sorted(zip(keys, turns, strict=True))
+
+
+async def test_an_erasure_after_the_kill_stops_that_callers_spooled_exchanges_only(
+    store_url,
+):
+    turns = caller_turns(6, "marjoram")
+    path = await killed_while_the_store_refused(store_url, turns)
+    erased = subprocess.run(
+        [sys.executable, "memory_admin.py", "forget", ALICE, "--yes"],
+        cwd=PROJECT,
+        env={**os.environ, "MEMORY_URL": store_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert erased.returncode == 0, erased.stderr
+    next_worker(store_url)
+    assert stored(path, ALICE) == []
+    assert len(stored(path, BOB)) == len(turns)  # only the erased caller's stop
+    for name in (Path(f"{path}-spool"), Path(f"{path}-spool-wal")):
+        if name.exists():
+            assert b"marjoram" not in name.read_bytes(), name
+
+
+async def test_a_damaged_spool_file_fails_open_with_one_error(store_url, caplog):
+    path = path_of(store_url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{path}-spool").write_bytes(b"not a database " * 512)
+    with caplog.at_level(logging.ERROR, logger="memory"):
+        store = memory.open_store(store_url)
+        call = memory.CallMemory(store, ALICE, "call-1")
+        call.capture("user", "user_1", "the spool is damaged", created_at=1000.0)
+        call.capture("assistant", "reply_1", "Noted.", created_at=1000.5)
+        assert await call.aclose() == 0
+    assert [e.user_text for e in await store.exchanges(ALICE)] == [
+        "the spool is damaged"
+    ]
+    await store.close()
+    spool_errors = [r for r in caplog.records if "spool" in r.getMessage()]
+    assert len(spool_errors) == 1 and spool_errors[0].levelno == logging.ERROR
+
+
+async def test_a_full_spool_fails_open_the_store_takes_the_save(
+    store_url, monkeypatch, caplog
+):
+    monkeypatch.setattr(outbox, "MAX_PENDING", 0)
+    with caplog.at_level(logging.ERROR, logger="memory"):
+        store = memory.open_store(store_url)
+        for n in range(3):
+            await store.save(make_exchange(n, text=f"full spool {n}"))
+    assert len(await store.exchanges(ALICE)) == 3
+    await store.close()
+    full = [r for r in caplog.records if "is full" in r.getMessage()]
+    assert len(full) == 1 and full[0].levelno == logging.ERROR
+
+
+async def test_the_spool_keeps_nothing_past_the_retention_of_its_kind(
+    store_url, monkeypatch
+):
+    store = memory.open_store(store_url)
+
+    async def refused(exchange):
+        raise memory.StoreUnavailableError("the store refuses writes")
+
+    monkeypatch.setattr(store.store, "save", refused)
+    old = make_exchange(1, text="an old spooled exchange", at=time.time() - 10 * 86400)
+    await store.save(old)
+    assert await store.flush(0.5) == 1  # it waits in the spool
+    await memory.purge_expired(store, memory.Retention(exchanges_days=7))
+    assert await store.exchanges(ALICE) == []  # neither stored nor spooled
+    monkeypatch.undo()
+    assert await store.flush(1.0) == 0
+    assert await store.exchanges(ALICE) == []
+    await store.close()

@@ -1,0 +1,423 @@
+"""The spool: what a call hands to memory is on the worker's disk before the call
+can lose it, and reaches the store once the store takes it, from this process or
+any later one.
+
+Design. Every backend has one spool, and it is one mechanism: the SQLite outbox of
+the hosted backends (outbox.py, delivered by hosted_delivery.py), generalised.
+
+- Hosted services (hosted.py): the outbox is the spool, and also the record
+  (delivered rows are kept, ``outbox.KEEP_DELIVERED``), as before.
+- SQLite and PostgreSQL (this module): ``open_store`` wraps the store in a
+  ``SpooledStore``. ``save`` and ``save_summary`` put the item in the spool file and
+  return once it is on disk: SQLite in WAL mode, ``synchronous=FULL``, on a thread
+  of its own, never on the event loop; the puts that wait meanwhile are committed
+  together (``OutboxThreads.put``: one fsync per batch). The same transaction
+  leases the row to this process, which writes it through to the store at once;
+  ``save`` waits for that at most ``WRITE_THROUGH_WAIT`` (so a store that answers
+  has the exchange when ``save`` returns, and a slow one never holds up the
+  call's next save). While the store refuses, nothing is written through: the
+  delivery loop (hosted_delivery.Delivery) tries it with a backoff and, at a
+  call's end, everything again, one caller's due rows in one ``save_many`` (one
+  round trip, one transaction). A row is deleted from the spool once the store
+  has it (the store is the record).
+- A process that dies (SIGKILL, out of memory) leaves its rows in the file; the
+  next process that opens the same store opens the same spool and delivers them,
+  taking over rows leased by the dead one after ``outbox_ledger.LEASE``.
+- Exactly once: the store upserts an exchange by its key (``records.exchange_key``)
+  and a summary by its call, so a row delivered twice (a process killed between
+  the store's commit and the spool's) is written once.
+- Where: beside the SQLite memory file (``memory.db-spool``); for PostgreSQL in the
+  data folder (``places.data_dir``), one file per server, database, schema and
+  tenant (``memory-spool-<12 hex>.db``), so a spool is never delivered to another
+  store.
+- Erasure: ``forget`` deletes the caller's spooled rows (of the call, or all) in
+  one transaction before the store forgets, and leaves a tombstone (ids and times,
+  no words, kept ``outbox.KEEP_TOMBSTONES``); a delivery in flight meanwhile, in
+  any process, looks at the tombstones after its write and forgets again what it
+  brought back. Deleted rows are overwritten (``secure_delete``) and the WAL is
+  cut after a forget.
+- Retention: delivered rows go at once; ``purge`` purges the spool too, so no
+  undelivered row outlives the retention of its kind.
+- Fail open: a spool file that cannot be opened (damaged, unwritable) or refuses
+  a put (full: ``outbox.MAX_PENDING`` undelivered rows; the disk full) is logged
+  once at ERROR, and saves go to the store directly, as with no spool: memory may
+  then be lost, the call never notices.
+
+Facts are not spooled: ``remember`` and ``forget`` tell the model what the store
+did, so they go to it directly. ``MEMORY_SPOOL=off`` turns the spool off.
+
+Units: seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from . import outbox_ledger
+from .errors import FAIL_OPEN, StoreUnavailableError
+from .facts import Fact, Remembered
+from .hosted_delivery import BACKOFF, CLOSE_TIMEOUT, Delivery
+from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT, switched_off
+from .outbox import OutboxThreads
+from .outbox_items import Item, Row, Tombstones
+from .outbox_ledger import Ledger
+from .records import Exchange, Recall, Summary
+from .store import PURGEABLE, MemoryStore
+
+logger = logging.getLogger("memory")
+
+SPOOL_SETTING = "MEMORY_SPOOL"
+"""On/off (``limits.switched_off``; default on): the spool of the SQLite and
+PostgreSQL stores."""
+BATCH = 256
+"""Rows one delivery round takes (one caller's go in one ``save_many``)."""
+WRITE_THROUGH_WAIT = 0.5
+"""Seconds ``save`` waits for the store to take an exchange it has spooled; past
+it, ``save`` returns (the exchange is on disk) and the write goes on."""
+
+
+def spool_path(store: Any) -> Path | None:
+    """Where ``store``'s spool is: ``<memory file>-spool`` for SQLite, the store's
+    ``spool_path`` for one that names it (PostgreSQL); None for another store."""
+    named = getattr(store, "spool_path", None)
+    if isinstance(named, Path):
+        return named
+    path = getattr(store, "path", None)
+    if isinstance(path, Path):
+        return path.with_name(path.name + "-spool")
+    return None
+
+
+def spooled(store: MemoryStore, *, create: bool = True) -> MemoryStore:
+    """``store`` with its spool (``SpooledStore``), or ``store`` itself when the
+    spool is off (``MEMORY_SPOOL``), the store names no place for one, or, with
+    ``create=False`` (an operator's read commands), no spool file exists. Never
+    raises: a spool that cannot be opened is logged at ERROR and left out."""
+    path = spool_path(store)
+    if path is None or switched_off(SPOOL_SETTING):
+        return store
+    if not create and not path.is_file():
+        return store
+    return SpooledStore(store, path)
+
+
+class StoreTarget:
+    """Where a ``SpooledStore``'s delivery writes: the store itself, one caller's
+    batch at a time (see ``hosted_delivery.Delivery``)."""
+
+    claim = BATCH
+    batched = True
+    retries_at_close = True  # a store that is back takes every row at a call's end
+    paused_until = 0.0  # no rate limit to wait for (``hosted_delivery.Paced``)
+
+    def __init__(self, store: MemoryStore, io: OutboxThreads) -> None:
+        self.store = store
+        self.name = type(store).__name__
+        self.refusing = False  # the last write failed: no write-through until one works
+        self._io = io
+
+    async def put_all(self, items: list[Item]) -> None:
+        """Write one caller's ``items`` (exchanges in one ``save_many`` when the
+        store has it), then forget again any a forget hid meanwhile."""
+        try:
+            await self._write(items)
+        except BaseException:
+            self.refusing = True
+            raise
+        self.refusing = False
+
+    async def _write(self, items: list[Item]) -> None:
+        exchanges = [i.exchange() for i in items if i.kind == "exchange"]
+        save_many = getattr(self.store, "save_many", None)
+        if exchanges and save_many is not None:
+            await save_many(exchanges)
+        else:
+            for exchange in exchanges:
+                await self.store.save(exchange)
+        for item in items:
+            if item.kind == "summary":
+                s = item.summary()
+                await self.store.save_summary(item.caller_id, s.call_id, s.text)
+        _, marks = await self._io.read(self._io.outbox.rows, items[0].caller_id, ())
+        await self._forget_again(items[0].caller_id, items, marks)
+
+    async def _forget_again(
+        self, caller_id: str, items: list[Item], marks: Tombstones
+    ) -> None:
+        # A forget of the call or the caller ran while these were being written:
+        # it may have reached the store before them. (An item id's tombstone is a
+        # retention purge's, which the next purge covers.)
+        hidden = [i for i in items if marks.hides(i) and i.id not in marks.items]
+        if any(i.at <= marks.before for i in hidden):
+            await self.store.forget(caller_id)
+            return
+        for call_id in sorted({i.call_id for i in hidden}):
+            await self.store.forget(caller_id, call_id=call_id)
+
+    async def put(self, item: Item, attempts: int) -> dict[str, Any]:
+        await self.put_all([item])
+        return {}
+
+    async def delete(self, caller_id: str, items: list[Any]) -> None:
+        return None  # never queued: a local store forgets itself (``SpooledStore``)
+
+    async def delete_caller(self, caller_id: str) -> None:
+        return None
+
+
+class SpooledStore:
+    """A SQLite or PostgreSQL store with its spool (this module's docstring).
+
+    A ``MemoryStore``: writes as said there, reads from the store (``exchanges``
+    and ``summaries`` add what still waits in the spool, so an export has it all);
+    other attributes are the store's (``path``, ``generation``, ...). ``flush``
+    delivers what waits, within a bound."""
+
+    def __init__(self, store: MemoryStore, path: Path) -> None:
+        self.store = store
+        self.spool_path = path
+        self._io: OutboxThreads | None = None
+        self._delivery: Delivery | None = None
+        self._refused = False
+        self._through: set[asyncio.Task[None]] = set()  # write-throughs under way
+        try:
+            self._io = OutboxThreads(path, keeps_record=False)
+        except FAIL_OPEN as exc:
+            self._spool_failed(exc)
+            return
+        self._target = StoreTarget(store, self._io)
+        self._ledger = Ledger(self._io.outbox)
+        self._delivery = Delivery(self._target, self._target, self._io, self._ledger)
+
+    def __getattr__(self, name: str) -> Any:
+        # only for names this class does not have: the store's own
+        if name == "store":
+            raise AttributeError(name)
+        return getattr(self.store, name)
+
+    def _spool_failed(self, exc: BaseException) -> None:
+        if not self._refused:
+            self._refused = True
+            logger.error(
+                "memory: the spool %s cannot be used (%r); saves go to the store "
+                "directly, and what it refuses until a call ends is lost",
+                self.spool_path,
+                exc,
+            )
+
+    def _kick(self) -> None:
+        if self._delivery is not None:
+            self._delivery.kick()
+
+    async def _put(self, items: list[Item]) -> bool:
+        """``items`` into the spool, then written through to the store (waiting for
+        that at most ``WRITE_THROUGH_WAIT``, and not at all while an earlier one is
+        still under way) unless it refuses writes now; False (logged once) when the
+        spool refused them."""
+        if self._io is None:
+            return False
+        lease = None
+        if not self._target.refusing:
+            lease = (self._ledger.me, time.time() + outbox_ledger.LEASE)
+        try:
+            rows = await self._io.put(items, lease)
+        except FAIL_OPEN as exc:
+            if self._io.closed:
+                raise
+            self._spool_failed(exc)
+            return False
+        self._refused = False  # it takes puts again: a later refusal is logged
+        if not rows:  # being delivered already, or the store refuses: the loop's
+            self._kick()
+            return True
+        busy = bool(self._through)
+        task = asyncio.create_task(self._write_through(rows), name="memory-spool")
+        self._through.add(task)
+        task.add_done_callback(self._through.discard)
+        if not busy:
+            await asyncio.wait({task}, timeout=WRITE_THROUGH_WAIT)
+        return True
+
+    async def _write_through(self, rows: list[Row]) -> None:
+        try:
+            await self._target.put_all([r.item for r in rows])
+        except FAIL_OPEN as exc:  # it waits in the spool: the loop tries it later
+            await self._io_write(self._ledger.failed_all, rows, exc, BACKOFF[0])
+        else:
+            await self._io_write(self._ledger.delivered_all, rows)
+        self._kick()  # a newer version may wait behind this one's lease
+
+    async def _io_write(self, fn: Any, *args: Any) -> None:
+        assert self._io is not None
+        try:
+            await self._io.write(fn, *args)
+        except FAIL_OPEN as exc:  # the row stays leased; the lease runs out
+            if not self._io.closed:
+                self._spool_failed(exc)
+
+    # -- writes --
+
+    async def save(self, exchange: Exchange) -> None:
+        if not await self._put([Item.of_exchange(exchange)]):
+            await self.store.save(exchange)
+
+    async def save_many(self, exchanges: list[Exchange]) -> None:
+        """``save`` for one caller's ``exchanges`` at once: one put (one fsync), one
+        write-through (the store's ``save_many``). What ``ExchangeWriter`` hands
+        over when several wait."""
+        if not await self._put([Item.of_exchange(e) for e in exchanges]):
+            save_many = getattr(self.store, "save_many", None)
+            if save_many is not None:
+                await save_many(exchanges)
+            else:
+                for exchange in exchanges:
+                    await self.store.save(exchange)
+
+    async def save_summary(self, caller_id: str, call_id: str, text: str) -> None:
+        summary = Item.of_summary(caller_id, Summary(call_id, text, time.time()))
+        if not await self._put([summary]):
+            await self.store.save_summary(caller_id, call_id, text)
+            return
+        # The summary is a call's last write (CallMemory.aclose, in the job's
+        # shutdown): deliver what waits now, while the job process surely lives.
+        # CallMemory bounds this wait; what it cuts off waits in the spool.
+        await self.flush(CLOSE_TIMEOUT)
+
+    async def remember(
+        self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT
+    ) -> Remembered:
+        return await self.store.remember(caller_id, fact, timeout=timeout)
+
+    async def forget(
+        self,
+        caller_id: str,
+        *,
+        kind: str | None = None,
+        value: str | None = None,
+        call_id: str | None = None,
+        timeout: float = WRITE_TIMEOUT,
+    ) -> int:
+        deadline = time.monotonic() + timeout
+        spooled = 0
+        if kind is None and self._io is not None:  # facts are never spooled
+            scope: dict[str, Any] = {} if call_id is None else {"call": call_id}
+            # first, so nothing spooled reaches the store after its forget
+            spooled = await self._io.write(
+                self._io.outbox.forget, caller_id, scope, [], deadline, False
+            )
+        n = await self.store.forget(
+            caller_id,
+            kind=kind,
+            value=value,
+            call_id=call_id,
+            timeout=max(0.0, deadline - time.monotonic()),
+        )
+        return n + spooled
+
+    async def purge(self, *, before: float, what: str) -> int:
+        if what not in PURGEABLE:
+            raise ValueError(
+                f"what must be one of {', '.join(PURGEABLE)}, not {what!r}"
+            )
+        n = 0
+        if self._io is not None and what != "facts":
+            n = await self._io.write(self._io.outbox.purge, what, before)
+        return n + await self.store.purge(before=before, what=what)
+
+    # -- reads --
+
+    async def profile(self, caller_id: str) -> Recall:
+        self._kick()
+        return await self.store.profile(caller_id)
+
+    async def recall(
+        self,
+        caller_id: str,
+        query: str,
+        *,
+        limit: int = RECALL_EXCHANGES,
+        exclude_call_id: str | None = None,
+    ) -> Recall:
+        self._kick()
+        return await self.store.recall(
+            caller_id, query, limit=limit, exclude_call_id=exclude_call_id
+        )
+
+    async def _waiting(self, caller_id: str, kind: str) -> list[Item]:
+        if self._io is None:
+            return []
+        rows, _ = await self._io.read(self._io.outbox.rows, caller_id, (kind,))
+        return [r.item for r in rows if r.pending and r.item.kind == kind]
+
+    async def exchanges(
+        self, caller_id: str, *, call_id: str | None = None
+    ) -> list[Exchange]:
+        stored = await self.store.exchanges(caller_id, call_id=call_id)
+        keys = {e.key for e in stored}
+        waiting = [
+            i.exchange()
+            for i in await self._waiting(caller_id, "exchange")
+            if i.id not in keys and call_id in (None, i.call_id)
+        ]
+        return sorted([*stored, *waiting], key=lambda e: (e.created_at, e.key))
+
+    async def summaries(self, caller_id: str) -> list[Summary]:
+        stored = await self.store.summaries(caller_id)
+        calls = {s.call_id for s in stored}
+        waiting = [
+            i.summary()
+            for i in await self._waiting(caller_id, "summary")
+            if i.call_id not in calls
+        ]
+        return sorted([*stored, *waiting], key=lambda s: s.created_at, reverse=True)
+
+    async def history(self, caller_id: str) -> list[Fact]:
+        return await self.store.history(caller_id)
+
+    async def callers(self, *, after: str = "", limit: int = 100) -> list[str]:
+        return await self.store.callers(after=after, limit=limit)
+
+    async def stats(self) -> dict[str, int]:
+        return await self.store.stats()
+
+    # -- delivery and the end --
+
+    async def flush(self, timeout: float = CLOSE_TIMEOUT) -> int:
+        """Deliver what waits in the spool for at most ``timeout`` seconds; returns
+        how many rows are still undelivered (0 without a spool)."""
+        if self._delivery is None or self._io is None or self._io.closed:
+            return 0
+        deadline = time.monotonic() + timeout
+        if self._through:  # their rows are leased until they end
+            await asyncio.wait(set(self._through), timeout=timeout)
+        try:
+            return await self._delivery.flush(max(0.0, deadline - time.monotonic()))
+        except StoreUnavailableError:
+            raise
+        except FAIL_OPEN as exc:
+            self._spool_failed(exc)
+            return 0
+
+    async def close(self) -> None:
+        """Deliver what waits (``CLOSE_TIMEOUT``; the rest stays in the spool for the
+        next process), close the spool and the store. Idempotent."""
+        if self._io is not None and not self._io.closed:
+            try:
+                left = await self.flush(CLOSE_TIMEOUT)
+                if left:
+                    logger.warning(
+                        "memory: %d write(s) not yet in the store at close; they "
+                        "wait in %s for the next process",
+                        left,
+                        self.spool_path,
+                    )
+            finally:
+                assert self._delivery is not None
+                self._io.closed = True
+                self._delivery.stop()
+                await self._io.close()
+        await self.store.close()
