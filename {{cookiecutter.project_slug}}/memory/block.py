@@ -239,10 +239,7 @@ def _kinds_line(facts: Sequence[Fact], limit: int) -> str:
 
 def _values_line(facts: Sequence[Fact], limit: int) -> str:
     # one compact line of kinds and values, each value quoted and clipped short
-    items = [
-        f"{shown_kind(f.kind)}: {quoted(f.value, 40)}"
-        for f in facts
-    ]
+    items = [f"{shown_kind(f.kind)}: {quoted(f.value, 40)}" for f in facts]
     return _joined(ALSO_ON_FILE, items, "; ", limit)
 
 

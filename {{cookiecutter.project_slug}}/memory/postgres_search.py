@@ -21,7 +21,7 @@ import hashlib
 
 from .dates import date_words
 from .records import Exchange
-from .words import query_words, search_words, searched_by_pairs, stem
+from .words import ABOUT_WEIGHT, query_words, search_words, searched_by_pairs, stem
 
 PREFIX_CHARS = 8
 
@@ -114,8 +114,10 @@ otherwise pay for every one."""
 def search_sql(schema: str, lexemes: int) -> str:
     """The SQL that ranks a caller's turns for ``lexemes`` query lexemes, in one
     round trip: parameters t, c (tenant, caller id), w (``query_lexemes``), l0, l1...
-    (each of them as a ``tsquery`` literal; ``search_args``), x (a call id to leave
-    out) and n (how many turns). Returns the best turns, best first, each as its side
+    (each of them as a ``tsquery`` literal; ``search_args``), a (the side the
+    question is about, 0 the caller's, 1 the reply's, -1 neither: its turns' scores
+    are ``ABOUT_WEIGHT`` times higher, as ``sqlite_search.turn_order`` ranks them;
+    ``search_args``), x (a call id to leave out) and n (how many turns). Returns the best turns, best first, each as its side
     (0 the caller's, 1 the reply) and its exchange (``EXCHANGE``'s columns).
 
     As ``sqlite_search.search_terms``: the lexemes are counted among the caller's
@@ -170,7 +172,8 @@ def search_sql(schema: str, lexemes: int) -> str:
         f" ORDER BY seq DESC LIMIT {MAX_RANKED})),"
         f" counted AS (SELECT key, side, seq, created_at, size, {tfs} FROM found"
         " OFFSET 0),"
-        f" best AS (SELECT key, side, seq, created_at, {score} AS score FROM counted"
+        f" best AS (SELECT key, side, seq, created_at, ({score}) * (CASE side WHEN"
+        f" %(a)s THEN {ABOUT_WEIGHT} ELSE 1 END) AS score FROM counted"
         " ORDER BY score DESC, seq DESC LIMIT %(n)s)"
         # their exchanges: by key and time, so that either index finds each at once
         f" SELECT b.side, e.* FROM best b, LATERAL (SELECT {EXCHANGE}"
@@ -184,9 +187,12 @@ def search_sql(schema: str, lexemes: int) -> str:
 _QUOTED = r"'''' || replace(replace(word, '\', '\\'), '''', '''''') || ''''"
 
 
-def search_args(lexemes: list[str]) -> dict[str, object]:
-    """``search_sql``'s parameters for ``lexemes`` (the rest are the recall's)."""
-    return {"w": lexemes} | {f"l{i}": _lexeme(w) for i, w in enumerate(lexemes)}
+def search_args(lexemes: list[str], about: str | None = None) -> dict[str, object]:
+    """``search_sql``'s parameters for ``lexemes`` and the side ``about`` names
+    ("caller", "reply" or None: ``words.whose_turns``); the rest are the recall's."""
+    side = SIDES.index(about) if about in SIDES else -1
+    words = {f"l{i}": _lexeme(w) for i, w in enumerate(lexemes)}
+    return {"w": lexemes, "a": side} | words
 
 
 SIDES = ("caller", "reply")

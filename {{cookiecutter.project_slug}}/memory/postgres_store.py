@@ -65,6 +65,7 @@ from .postgres_search import (
 )
 from .records import Exchange, Recall, Summary
 from .store import PURGEABLE
+from .words import whose_turns
 
 # What other code reads here by name (tests, benchmarks, the operator's command):
 # the schema's, the pool's and the search's own names live in their modules, and
@@ -297,7 +298,9 @@ class PostgresStore:
         lexemes = query_lexemes(prefix, query) if limit > 0 else []
         args = {"t": self.target.tenant, "c": caller_id, "x": exclude_call_id}
         search = search_sql(self.target.schema, len(lexemes))
-        found = {**args, **search_args(lexemes)}
+        # whose words the question is about: by its pronouns only (the caller's name
+        # fact, which sqlite reads first, comes in this same round trip)
+        found = {**args, **search_args(lexemes, whose_turns(query))}
 
         async def work(conn: psycopg.AsyncConnection) -> Recall:
             async with conn.pipeline():  # the queries go in one round trip

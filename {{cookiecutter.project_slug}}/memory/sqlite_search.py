@@ -12,7 +12,7 @@ import sqlite3
 from typing import Any
 
 from .records import Exchange
-from .words import query_words, search_words
+from .words import ABOUT_WEIGHT, query_words, search_words
 
 CALLER_PREFIX_DIGITS = 12
 
@@ -126,10 +126,6 @@ words (``turns_fts``; see ``sqlite_schema._index_turns``)."""
 TURN_RANK = f"bm25(turns_fts, {TURN_WEIGHT}, {CONTEXT_WEIGHT}, {DAY_WEIGHT})"
 """How recall orders the turns it matched (FTS5's bm25: lower is better)."""
 SIDES = ("caller", "reply")
-ABOUT_WEIGHT = 1.6
-"""How much better a turn of the person the question is about ranks (its BM25
-score times this; ``turn_order``). Chosen on LoCoMo's tuning conversations
-(benchmarks/README.md)."""
 
 
 def turn_order(about: str | None) -> str:

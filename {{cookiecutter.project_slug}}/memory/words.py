@@ -209,6 +209,12 @@ MAX_ABOUT_CHARS = 2000
 """How much of what the caller said ``whose_turns`` reads (characters)."""
 
 
+ABOUT_WEIGHT = 1.6
+"""How much better a turn of the person the question is about ranks (its BM25
+score times this; ``sqlite_search.turn_order``, ``postgres_search.search_sql``). Chosen on LoCoMo's tuning conversations
+(benchmarks/README.md)."""
+
+
 def whose_turns(text: str, caller_names: Sequence[str] = ()) -> str | None:
     """Whose words the caller's ``text`` asks about: "caller" when it speaks of the
     caller only (I, me, my, or a word of ``caller_names``, e.g. their name fact),
