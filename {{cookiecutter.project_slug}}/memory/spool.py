@@ -184,6 +184,9 @@ class SpooledStore:
         self._delivery: Delivery | None = None
         self._refused = False
         self._through: set[asyncio.Task[None]] = set()  # write-throughs under way
+        # callers being forgotten: their saves asked for meanwhile wait for the forget
+        # (else their write-through could reach the store before its forget)
+        self._forgetting: dict[str, asyncio.Event] = {}
         try:
             self._io = OutboxThreads(path, keeps_record=False)
         except FAIL_OPEN as exc:
@@ -261,7 +264,13 @@ class SpooledStore:
 
     # -- writes --
 
+    async def _after_forget(self, caller_id: str) -> None:
+        forgetting = self._forgetting.get(caller_id)
+        if forgetting is not None:
+            await forgetting.wait()
+
     async def save(self, exchange: Exchange) -> None:
+        await self._after_forget(exchange.caller_id)
         if not await self._put([Item.of_exchange(exchange)]):
             await self.store.save(exchange)
 
@@ -269,6 +278,8 @@ class SpooledStore:
         """``save`` for one caller's ``exchanges`` at once: one put (one fsync), one
         write-through (the store's ``save_many``). What ``ExchangeWriter`` hands
         over when several wait."""
+        for caller_id in {e.caller_id for e in exchanges}:
+            await self._after_forget(caller_id)
         if not await self._put([Item.of_exchange(e) for e in exchanges]):
             save_many = getattr(self.store, "save_many", None)
             if save_many is not None:
@@ -301,20 +312,30 @@ class SpooledStore:
         call_id: str | None = None,
         timeout: float = WRITE_TIMEOUT,
     ) -> int:
+        if kind is not None:  # facts are never spooled
+            return await self.store.forget(
+                caller_id, kind=kind, value=value, timeout=timeout
+            )
+        await self._after_forget(caller_id)  # one forget of a caller at a time
+        done = self._forgetting[caller_id] = asyncio.Event()
+        try:
+            return await self._forget(caller_id, call_id, timeout)
+        finally:
+            if self._forgetting.get(caller_id) is done:
+                del self._forgetting[caller_id]
+            done.set()
+
+    async def _forget(self, caller_id: str, call_id: str | None, timeout: float) -> int:
         deadline = time.monotonic() + timeout
         spooled = 0
-        if kind is None and self._io is not None:  # facts are never spooled
+        if self._io is not None:
             scope: dict[str, Any] = {} if call_id is None else {"call": call_id}
             # first, so nothing spooled reaches the store after its forget
             spooled = await self._io.write(
                 self._io.outbox.forget, caller_id, scope, [], deadline, False
             )
         n = await self.store.forget(
-            caller_id,
-            kind=kind,
-            value=value,
-            call_id=call_id,
-            timeout=max(0.0, deadline - time.monotonic()),
+            caller_id, call_id=call_id, timeout=max(0.0, deadline - time.monotonic())
         )
         return n + spooled
 

@@ -959,7 +959,9 @@ async def test_a_read_stuck_on_the_server_is_abandoned_there_too(store, store_ur
 
 async def test_a_forget_is_never_overtaken_by_a_save_made_before_it(store):
     for n in range(20):
-        saving = asyncio.ensure_future(store.save(make_exchange(n, text=f"note {n}")))
+        # said before the forget (make_exchange's default time is n ms ahead)
+        said = make_exchange(n, text=f"note {n}", at=time.time())
+        saving = asyncio.ensure_future(store.save(said))
         await asyncio.sleep(0)  # the save is under way, as ExchangeWriter's would be
         await store.forget(ALICE)
         await saving

@@ -293,11 +293,19 @@ async def test_saves_written_together_keep_their_order_around_a_forget(store_url
     # asked for before a forget is still written before it (and forgotten), one
     # asked for after it is written after it (and kept), whatever the batches.
     store = memory.open_store(store_url)
+    now, later = time.time(), time.time() + 60
     try:
         await asyncio.gather(
-            *(store.save(make_exchange(n, text=f"before {n}")) for n in range(5)),
+            *(
+                store.save(make_exchange(n, text=f"before {n}", at=now))
+                for n in range(5)
+            ),
             store.forget(ALICE),
-            *(store.save(make_exchange(10 + n, text=f"after {n}")) for n in range(3)),
+            # said after the forget: an exchange said before it is not kept
+            *(
+                store.save(make_exchange(10 + n, text=f"after {n}", at=later + n))
+                for n in range(3)
+            ),
             *(store.save(make_exchange(20 + n, caller=BOB)) for n in range(3)),
         )
         kept = [e.user_text for e in await store.exchanges(ALICE)]
