@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .errors import StoreUnavailableError
+from .errors import FAIL_OPEN, StoreUnavailableError
 from .outbox_items import KIND_OF, Item, Row, Tombstones
 
 SETTLE = 1.0
@@ -497,7 +497,7 @@ class OutboxThreads:
         try:
             for leased in self.outbox.put_all(list(items.values()), None, leases):
                 held[leased.item.caller_id, leased.item.id] = leased
-        except Exception as exc:  # handed to every put waiting for this batch
+        except FAIL_OPEN as exc:  # handed to every put waiting for this batch
             error = exc
         for item, _, done in batch:  # each on its own event loop (closed: none waits)
             key = (item.caller_id, item.id)

@@ -150,8 +150,10 @@ FORGET_TURNS = [
         "AND (:call_id IS NULL OR x.call_id = :call_id)",
         delete=True,
     ),
-    "DELETE FROM exchanges WHERE caller_id = :caller_id "
-    "AND (:call_id IS NULL OR call_id = :call_id)",
+    (
+        "DELETE FROM exchanges WHERE caller_id = :caller_id "
+        "AND (:call_id IS NULL OR call_id = :call_id)"
+    ),
     "DELETE FROM forgetting",
 ]
 """A forget of a caller's exchanges, or of one call's (``call_id`` NULL: all), in

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from . import sqlite_queries as queries
-from .errors import InvalidStoreUrlError, StoreUnavailableError
+from .errors import FAIL_OPEN, InvalidStoreUrlError, StoreUnavailableError
 from .facts import Fact, Remembered
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
 from .places import local_path
@@ -330,7 +330,7 @@ class SQLiteStore:
         try:
             more = self._erase_step(self._file.conn())
             self._erase_busy = 0
-        except BaseException as exc:  # logged by _erase_failed; a forget erases again
+        except FAIL_OPEN as exc:  # logged by _erase_failed; a forget erases again
             if isinstance(exc, sqlite3.Error) and passing(exc):
                 # another process held the lock past the busy timeout: try again
                 self._erase_busy += 1
@@ -465,7 +465,7 @@ class _SaveBatches:
                 outcomes = [_outcome(queries.save, conn, batch[0][0])]
             else:
                 outcomes = _together(conn, [e for e, _ in batch])
-        except BaseException as exc:  # the file could not be opened
+        except FAIL_OPEN as exc:  # the file could not be opened
             outcomes = [exc] * len(batch)
         for (_, future), outcome in zip(batch, outcomes, strict=True):
             with contextlib.suppress(RuntimeError):  # its loop closed: no one waits
@@ -491,7 +491,7 @@ def _together(conn: sqlite3.Connection, batch: list[Exchange]) -> list[Any]:
 def _outcome(fn: Callable[..., Any], *args: Any) -> BaseException | None:
     try:
         fn(*args)
-    except Exception as exc:  # handed to the save's caller
+    except FAIL_OPEN as exc:  # handed to the save's caller
         return exc
     return None
 
