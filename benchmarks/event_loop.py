@@ -31,7 +31,8 @@ stall of the least disturbed run, in ms, wall clock / the loop thread's CPU time
 and the largest over all.
 
 Usage:
-    uv run --project <rendered project> python benchmarks/event_loop.py [--sizes 1000,10000,100000,1000000,10000000]
+    uv run --project <rendered project> python benchmarks/event_loop.py \
+        [--sizes 1000,10000,100000,1000000,10000000]
 """
 
 from __future__ import annotations

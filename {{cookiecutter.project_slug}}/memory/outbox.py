@@ -206,20 +206,12 @@ class Outbox:
                     "the service has not accepted writes for a while"
                 )
             for item in items:
-                if item.kind == "exchange" and item.at <= self._erased_before(
+                if item.kind == "exchange" and item.at <= _erased_before(
                     db, item.caller_id
                 ):
                     continue  # said before its caller was forgotten: a late save
                 self._put(db, item, now)
             return _leased(db, leases or {}, now)
-
-    @staticmethod
-    def _erased_before(db: sqlite3.Connection, caller_id: str) -> float:
-        # what this outbox's tombstones say was forgotten of the caller, up to when
-        found = db.execute(
-            "SELECT max(before) FROM tombstones WHERE caller_id = ?", (caller_id,)
-        ).fetchone()[0]
-        return float(found or 0.0)
 
     def _put(self, db: sqlite3.Connection, item: Item, now: float) -> None:
         settle = (
@@ -512,3 +504,11 @@ class OutboxThreads:
         for executor in (self._readers, self._executor):
             await loop.run_in_executor(None, executor.shutdown, True)
         self.outbox.close()
+
+
+def _erased_before(db: sqlite3.Connection, caller_id: str) -> float:
+    # what this outbox's tombstones say was forgotten of the caller, up to when
+    found = db.execute(
+        "SELECT max(before) FROM tombstones WHERE caller_id = ?", (caller_id,)
+    ).fetchone()[0]
+    return float(found or 0.0)
