@@ -205,10 +205,10 @@ class Outbox:
                     f"the memory outbox {self.path} is full ({waiting} undelivered rows); "
                     "the service has not accepted writes for a while"
                 )
+            callers = {i.caller_id for i in items if i.kind == "exchange"}
+            erased = {c: _erased_before(db, c) for c in callers}  # once per caller
             for item in items:
-                if item.kind == "exchange" and item.at <= _erased_before(
-                    db, item.caller_id
-                ):
+                if item.kind == "exchange" and item.at <= erased[item.caller_id]:
                     continue  # said before its caller was forgotten: a late save
                 self._put(db, item, now)
             return _leased(db, leases or {}, now)
