@@ -276,11 +276,13 @@ def test_the_copied_folder_passes_ruff_at_its_defaults_and_the_project_at_its_ow
 ) -> None:
     """The folder is copied byte for byte, so ruff at its defaults (`--isolated`: 88
     columns, default rules) must pass on it, and the starter's own CI (`ruff check .`,
-    `ruff format --check .` with its rules) on the whole project after the page's steps."""
+    `ruff format --check .` with its rules) on the whole project after the page's steps,
+    memory_admin.py (which the page copies too) included."""
     ruff = str(TOOLS / "ruff")
+    assert (project / "src" / "memory_admin.py").is_file()
     for args in (
-        ["check", "--isolated", "src/memory"],
-        ["format", "--isolated", "--check", "src/memory"],
+        ["check", "--isolated", "src/memory", "src/memory_admin.py"],
+        ["format", "--isolated", "--check", "src/memory", "src/memory_admin.py"],
         ["check", "."],
         ["format", "--check", "."],
     ):

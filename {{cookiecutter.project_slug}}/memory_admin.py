@@ -17,8 +17,11 @@ no command creates a store: one that does not exist (a SQLite file not there) is
 refused, so a mistyped path is not taken for an empty store, nor a forget in a new
 file for an erasure. It prints one caller's data only when given that caller's id,
 never another's. Exit status: 0 done, 1 the store failed (the message says why), 2 a
-bad command or caller id, 3 `show` or `export` of a caller of whom nothing is stored
-(the message says whether they were forgotten, and when).
+bad command or caller id, 3 `show`, `export` or `forget` of a caller of whom nothing
+is stored (the message says whether they were forgotten, and when; a forget still
+records the erasure). A phone number may be given in any form the agent accepts
+("5550100200", "+1 (555) 010-0200"): it is read as the E.164 number memory keeps it
+under, as the dispatch's ``caller_id`` is.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import asyncio
 import codecs
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -39,6 +43,7 @@ from typing import Any
 from dotenv import load_dotenv
 
 import memory
+from memory.errors import FAIL_OPEN
 from memory.places import project_dir
 
 # The project's .env.local, where the agent reads it: in the project root (beside
@@ -53,13 +58,15 @@ class UsageError(Exception):
 
 
 class NotStoredError(Exception):
-    """``show`` or ``export`` of a caller of whom nothing is stored (exit status 3):
+    """``show``, ``export`` or ``forget`` of a caller of whom nothing is stored (exit 3):
     a mistyped id must not look like a forgotten caller."""
 
 
-async def _nothing_stored(store: memory.MemoryStore, caller_id: str) -> str:
+async def _nothing_stored(
+    store: memory.MemoryStore, caller_id: str, *, forgot: bool = False
+) -> str:
     erased = await store.erased_at(caller_id)
-    if erased:
+    if erased and not forgot:
         return f"nothing is stored for {caller_id}: forgotten {_day(erased)}"
     return (
         f"nothing is stored for {caller_id} (check the id: `callers` lists those "
@@ -157,9 +164,13 @@ async def run(args: argparse.Namespace, out: Any) -> None:
     caller = None
     if getattr(args, "caller_id", None) is not None:
         try:
-            caller = memory.validate_caller_id(args.caller_id)
+            # the form the agent keys a caller by: "5550100200" and "+1 (555) 010-0200"
+            # are the SIP caller +15550100200, as the dispatch's caller_id would be
+            caller = memory.normalise_caller_id(args.caller_id)
         except memory.InvalidCallerIdError as exc:
             raise UsageError(str(exc)) from None
+        if caller != args.caller_id:
+            print(f"{args.caller_id} is kept as {caller}", file=sys.stderr)
     if args.command == "forget" and not args.yes:
         raise UsageError(f"forget erases everything about {caller}; add --yes to do it")
     if args.command == "purge" and args.what and args.older_than_days is None:
@@ -198,6 +209,10 @@ async def run(args: argparse.Namespace, out: Any) -> None:
             assert caller is not None
             n = await store.forget(caller, timeout=60.0)
             print(f"forgot {caller}: {n} rows deleted", file=out)
+            if not n:
+                # the erasure is recorded all the same (a live call of theirs keeps
+                # nothing said before now), but a mistyped id must not look erased
+                raise NotStoredError(await _nothing_stored(store, caller, forgot=True))
 
         elif args.command == "purge":
             if args.what:
@@ -260,18 +275,24 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         asyncio.run(run(args, sys.stdout))
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
     except UsageError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     except NotStoredError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 3
+    except BrokenPipeError:
+        # `show ... | head` closed the pipe: not a store failure. Python's own advice
+        # (the signal module's notes on SIGPIPE): point stdout at devnull and exit 1.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (
         memory.StoreUnavailableError
     ) as exc:  # its message says where and what to check
         print(f"ERROR: the memory store failed: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # a driver's own error too: one line, not a traceback
+    except FAIL_OPEN as exc:  # a driver's own error too: one line, not a traceback
         print(f"ERROR: the memory store failed: {exc!r}", file=sys.stderr)
         return 1
     return 0

@@ -76,6 +76,12 @@ def normalise_phone_number(number: str, region: str | None = None) -> str:
     except phonenumbers.NumberParseException:
         parsed = None
     if parsed is None or not phonenumbers.is_possible_number(parsed):
+        if not text.startswith("+") and region not in phonenumbers.SUPPORTED_REGIONS:
+            raise InvalidCallerIdError(
+                f"MEMORY_PHONE_REGION={clip(region, 20)!r} is not a region code "
+                "(ISO 3166, two letters: 'US', 'GB'), so a number without its "
+                "country code cannot be read"
+            )
         raise InvalidCallerIdError(
             f"{clip(text, 40)!r} is not a phone number in E.164 form"
         )

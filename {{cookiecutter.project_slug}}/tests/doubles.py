@@ -233,14 +233,18 @@ class StoreWrapper:
 
 
 class Counting(StoreWrapper):
-    """Counts calls per method: ``store.calls["recall"]``."""
+    """Counts calls per method: ``store.calls["recall"]``; ``store.queries`` lists
+    what each recall searched for, in order."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
         self.calls: collections.Counter[str] = collections.Counter()
+        self.queries: list[str] = []
 
     async def around(self, name, method, args, kwargs):
         self.calls[name] += 1
+        if name == "recall":
+            self.queries.append(kwargs.get("query", args[1] if len(args) > 1 else ""))
         return await method(*args, **kwargs)
 
 

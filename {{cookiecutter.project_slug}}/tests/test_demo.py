@@ -4,6 +4,8 @@ summary reads cleanly."""
 
 from __future__ import annotations
 
+import fnmatch
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +54,35 @@ def test_the_demo_on_a_memory_url_it_cannot_use_says_what_to_do_in_one_line():
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     (said,) = [line for line in done.stderr.splitlines() if line.startswith("demo:")]
     assert "no backend for 'nosuch'" in said
+
+
+def test_git_and_docker_ignore_every_file_the_demo_writes_beside_its_memory_file(
+    tmp_path,
+):
+    """The README's `uv run demo.py --url sqlite:///demo.db` in the project's root
+    writes the memory file and its companions (its -wal and -shm, its spool): callers'
+    words, which the project's .gitignore and .dockerignore must each keep out."""
+    project = Path(__file__).resolve().parents[1]
+    done = run_demo(f"sqlite:///{(tmp_path / 'demo.db').as_posix()}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert "demo.db" in written and any("spool" in name for name in written), written
+    docker = [
+        line.strip()
+        for line in (project / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "!"))
+    ]
+    assert all(any(fnmatch.fnmatchcase(n, p) for p in docker) for n in written), written
+    git = shutil.which("git")
+    if git is None:
+        return  # the .dockerignore check above still ran
+    shutil.copy(project / ".gitignore", tmp_path / ".gitignore")
+    subprocess.run([git, "init", "-q", str(tmp_path)], check=True)
+    status = subprocess.run(
+        [git, "status", "--porcelain", "--untracked-files=all"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert status == ["??", ".gitignore"], status

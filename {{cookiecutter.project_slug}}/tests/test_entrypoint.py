@@ -200,7 +200,7 @@ async def test_a_store_that_cannot_be_opened_costs_memory_not_the_call(
         broken = tmp_path / "memory.db"
         broken.write_bytes(b"saved by another tool, not SQLite " * 200)
         memory_url = f"sqlite:///{broken}"
-    job = run_job(memory_url, ["Hello?"], script=["Hi!", "Yes?"], timeout=40)
+    job = run_job(memory_url, ["Hello?"], script=["Hi!", "Yes?"])
     assert job["returncode"] == 0, job["log"][-4000:]
     assert job["history"][-1] == ["assistant", "Yes?"]
     assert "Traceback" not in job["log"], job["log"][-4000:]

@@ -75,6 +75,13 @@ def test_a_number_without_its_country_code_is_read_in_the_configured_region(
     assert memory.normalise_phone_number("+15550100200") == "+15550100200"
 
 
+def test_a_region_setting_that_is_no_region_is_named_in_the_error(monkeypatch):
+    monkeypatch.setenv("MEMORY_PHONE_REGION", "XX")
+    with pytest.raises(memory.InvalidCallerIdError, match="MEMORY_PHONE_REGION='XX'"):
+        memory.normalise_phone_number("5550100200")
+    assert memory.normalise_phone_number("+15550100200") == "+15550100200"
+
+
 @pytest.mark.parametrize(
     ("caller_id", "key"),
     [

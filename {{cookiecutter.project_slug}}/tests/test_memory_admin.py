@@ -197,6 +197,49 @@ async def test_show_of_a_caller_with_nothing_stored_says_so_and_fails(
     assert f"nothing is stored for {ALICE}: forgotten " in forgotten.stderr
 
 
+async def test_a_phone_number_in_any_form_reaches_the_caller_memory_keys_it_by(
+    store_url, two_callers
+):
+    # "5550100200" was validated as it was: show found nothing, forget deleted 0
+    # rows and exited 0, and the SIP caller's memory stayed.
+    shown = admin(store_url, "show", "5550100200")
+    assert shown.returncode == 0, shown.stderr
+    assert "locker" in shown.stdout and f"is kept as {BOB}" in shown.stderr
+    done = admin(store_url, "forget", "+1 (555) 010-0200", "--yes")
+    assert done.returncode == 0, done.stderr
+    check = memory.open_store(store_url)
+    assert await check.exchanges(BOB) == [] and (await check.profile(BOB)).empty
+    assert len(await check.exchanges(ALICE)) == 2
+    await check.close()
+
+
+async def test_forget_of_a_caller_with_nothing_stored_says_so_and_fails(
+    store_url, two_callers
+):
+    mistyped = admin(store_url, "forget", "alice@exmaple.com", "--yes")
+    assert mistyped.returncode == 3, mistyped.stderr
+    assert "forgot alice@exmaple.com: 0 rows deleted" in mistyped.stdout
+    assert "nothing is stored for alice@exmaple.com (check the id" in mistyped.stderr
+
+
+async def test_show_into_a_pipe_closed_early_is_no_store_failure(
+    store_url, two_callers
+):
+    shown = subprocess.Popen(
+        [sys.executable, "memory_admin.py", "show", ALICE],
+        cwd=PROJECT,
+        env={**os.environ, "MEMORY_URL": store_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert shown.stdout is not None and shown.stderr is not None
+    shown.stdout.close()  # `show ... | head` after head has what it wanted
+    said = shown.stderr.read()
+    assert shown.wait(timeout=60) == 1
+    assert said == "", said
+
+
 def test_forget_on_a_store_that_does_not_exist_creates_nothing_and_fails(tmp_path):
     url = f"sqlite:///{tmp_path / 'mistyped.db'}"
     done = admin(url, "forget", ALICE, "--yes")

