@@ -18,7 +18,8 @@ stores import only the modules below the store interface):
 - ``call`` (CallMemory), ``recall`` (budget and cache), ``pairing`` (which reply
   answers which turn), ``intake`` (a captured message masked, paired and
   queued), ``writer`` (background saves), ``ending`` (the end of a
-  call), ``erasure`` (an erasure made during a call reaches it), ``tools`` (what
+  call), ``erasure`` (an erasure made during a call reaches it), ``voicemail`` (an
+  outbound call answered by voicemail keeps nothing), ``tools`` (what
   the remember and forget tools do), ``speech`` (the
   wiring self-check), ``figures`` (trace spans, the call's log line), ``health`` (a
   store known to be down);
