@@ -7,6 +7,7 @@ operator's command is ``postgres_admin``'s.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 # psycopg is installed only where this backend is used (``psycopg[binary,pool]``);
 # elsewhere a type checker reads these names as Any instead of failing the folder.
@@ -16,25 +17,34 @@ from .dates import date_words
 from .postgres_search import caller_prefix, pair_vector, words_vector
 
 
+def _update_in_batches(
+    conn: psycopg.Connection,
+    select: str,
+    update: str,
+    values: Callable[[tuple[Any, ...]], tuple[Any, ...] | None],
+) -> None:
+    """Run ``update`` with ``values(row)`` for each row ``select`` reads (a row whose
+    values are None is left as it is). In batches, through a server-side cursor, so a
+    large table is not held in memory."""
+    with conn.cursor(name="rows_to_update") as rows, conn.cursor() as cursor:
+        rows.execute(select)
+        while batch := rows.fetchmany(1000):
+            cursor.executemany(
+                update, [v for row in batch if (v := values(row)) is not None]
+            )
+
+
 def _index_pairs(conn: psycopg.Connection, s: str) -> None:
     """Fill the pairs column of the exchanges saved before it existed."""
-    # Only rows with non-ASCII text can have pairs; they are read in batches
-    # (a server-side cursor) so a large table is not held in memory.
-    with conn.cursor(name="pairs_to_index") as rows, conn.cursor() as update:
-        rows.execute(
-            f"SELECT tenant, caller_id, key, user_text || ' ' || assistant_text"
-            f" FROM {s}.exchanges WHERE (user_text || assistant_text) ~ '[^[:ascii:]]'"
-        )
-        while batch := rows.fetchmany(1000):
-            update.executemany(
-                f"UPDATE {s}.exchanges SET pairs = %s::tsvector"
-                " WHERE tenant = %s AND caller_id = %s AND key = %s",
-                [
-                    (v, *row[:3])
-                    for row in batch
-                    if (v := pair_vector(row[3])) is not None
-                ],
-            )
+    # Only rows with non-ASCII text can have pairs.
+    _update_in_batches(
+        conn,
+        f"SELECT tenant, caller_id, key, user_text || ' ' || assistant_text"
+        f" FROM {s}.exchanges WHERE (user_text || assistant_text) ~ '[^[:ascii:]]'",
+        f"UPDATE {s}.exchanges SET pairs = %s::tsvector"
+        " WHERE tenant = %s AND caller_id = %s AND key = %s",
+        lambda row: None if (v := pair_vector(row[3])) is None else (v, *row[:3]),
+    )
 
 
 TURN_ROWS = """(tenant, caller_id, key, side, seq, created_at, call_id, words, size)
@@ -56,30 +66,29 @@ TURN_ROWS = """(tenant, caller_id, key, side, seq, created_at, call_id, words, s
 
 def _index_turns(conn: psycopg.Connection, s: str) -> None:
     """Fill the word columns of the exchanges saved before them, then index their turns."""
-    # In batches (a server-side cursor), so a large table is not held in memory; the
-    # day's words are in the zone of the process that upgrades (MEMORY_TIMEZONE).
-    with conn.cursor(name="turns_to_index") as rows, conn.cursor() as update:
-        rows.execute(
-            f"SELECT tenant, caller_id, key, user_text, assistant_text, created_at"
-            f" FROM {s}.exchanges"
+
+    # The day's words are in the zone of the process that upgrades (MEMORY_TIMEZONE).
+    def words(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        t, c, key, user, reply, at = row
+        p = caller_prefix(t, c)
+        return (
+            words_vector(p, user),
+            words_vector(p, reply),
+            words_vector(p, date_words(at)),
+            t,
+            c,
+            key,
         )
-        while batch := rows.fetchmany(1000):
-            update.executemany(
-                f"UPDATE {s}.exchanges SET user_words = %s::tsvector,"
-                " reply_words = %s::tsvector, day_words = %s::tsvector"
-                " WHERE tenant = %s AND caller_id = %s AND key = %s",
-                [
-                    (
-                        words_vector(p := caller_prefix(t, c), user),
-                        words_vector(p, reply),
-                        words_vector(p, date_words(at)),
-                        t,
-                        c,
-                        key,
-                    )
-                    for t, c, key, user, reply, at in batch
-                ],
-            )
+
+    _update_in_batches(
+        conn,
+        f"SELECT tenant, caller_id, key, user_text, assistant_text, created_at"
+        f" FROM {s}.exchanges",
+        f"UPDATE {s}.exchanges SET user_words = %s::tsvector,"
+        " reply_words = %s::tsvector, day_words = %s::tsvector"
+        " WHERE tenant = %s AND caller_id = %s AND key = %s",
+        words,
+    )
     conn.execute(
         f"INSERT INTO {s}.turns {TURN_ROWS.format(s=s, rows=f'{s}.exchanges')}".encode()
     )

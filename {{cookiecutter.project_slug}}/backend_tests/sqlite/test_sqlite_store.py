@@ -23,6 +23,7 @@ import pytest
 import memory
 from memory import sqlite_file, sqlite_schema, sqlite_search, sqlite_store
 from tests.doubles import make_exchange
+from tests.test_store_contract import both_painted_the_lake
 
 PROJECT = Path(__file__).resolve().parents[1]  # where agent.py is
 ALICE = "alice@example.com"
@@ -43,16 +44,8 @@ async def test_the_callers_name_in_a_question_ranks_the_callers_turns_first(stor
     # The caller's name on file counts as "I" (the store contract ranks by "I" and
     # "you" on both our stores); only sqlite reads the facts before it ranks, postgres
     # gets them in the same round trip as the ranked turns.
-    await store.save(
-        make_exchange(
-            1,
-            text="I painted the lake at sunrise last summer with my old brushes",
-            reply="That sounds lovely.",
-        )
-    )
-    await store.save(
-        make_exchange(2, text="Guess what I did today.", reply="I painted the lake!")
-    )
+    for exchange in both_painted_the_lake():
+        await store.save(exchange)
     await store.remember(ALICE, memory.Fact.of("name", "Alice Lidell"))
     first = (await store.recall(ALICE, "What did Alice paint, the lake?")).exchanges[0]
     assert first.user_text.startswith("I painted the lake")
