@@ -55,7 +55,13 @@ TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 sys.path[:0] = [str(TEMPLATE), str(ROOT / "benchmarks")]
 
 import memory  # noqa: E402
-from memory import postgres_schema, postgres_search, sqlite_queries, sqlite_store  # noqa: E402
+from memory import (  # noqa: E402
+    postgres_migrations,
+    postgres_schema,
+    postgres_search,
+    sqlite_queries,
+    sqlite_store,
+)
 from scale import FUNCTION_WORDS, Text, caller_of, percentile  # noqa: E402
 
 CALLER_A = "caller-a@example.com"  # 100 exchanges
@@ -273,7 +279,7 @@ def postgres_schemas(url: str, sizes: list[int], seed: int) -> dict[int, tuple[s
     LAYOUT, the seed and the size; with the seconds its fill took. Loaded as the
     bulk load of an operator would: the exchanges with their word columns as a save
     writes them (``postgres_search.exchange_words``) by COPY, their turns then made by
-    the store's own SQL (``postgres_schema.TURN_ROWS``) in one statement, and the GIN
+    the store's own SQL (``postgres_migrations.TURN_ROWS``) in one statement, and the GIN
     index built after."""
     made: dict[int, tuple[str, float]] = {}
     for size in sizes:
@@ -346,7 +352,7 @@ def postgres_schemas(url: str, sizes: list[int], seed: int) -> dict[int, tuple[s
                 )
             conn.execute("SET maintenance_work_mem = '512MB'")
             conn.execute("SET work_mem = '256MB'")
-            turns = postgres_schema.TURN_ROWS.format(s=s, rows=f"{s}.exchanges")
+            turns = postgres_migrations.TURN_ROWS.format(s=s, rows=f"{s}.exchanges")
             conn.execute(f"INSERT INTO {s}.turns {turns}")
             conn.execute(
                 f"CREATE INDEX turns_search ON {s}.turns USING gin (words) WITH (fastupdate = off)"

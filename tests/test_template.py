@@ -352,6 +352,22 @@ def test_only_the_adapter_imports_livekit_and_stores_import_only_the_types():
             )
 
 
+def test_every_module_of_the_memory_folder_is_on_both_maps():
+    # A module split off (sqlite_index, sqlite_erase, postgres_migrations) was once
+    # missing from the folder's own map while the README's had it.
+    import ast
+
+    folder_map = ast.get_docstring(ast.parse((MEMORY / "__init__.py").read_text())) or ""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("memory/__init__.py ")
+    kit_map = readme[start : readme.index("```", start)]
+    for path in sorted(MEMORY.glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        assert f"``{path.stem}``" in folder_map, f"memory/__init__.py's map: {path.stem}"
+        assert re.search(rf"\b{path.stem}\b", kit_map), f"README's map: {path.stem}"
+
+
 MAX_MODULE_LINES = 520
 MAX_CLASS_LINES = 275
 """Issue 20's "no module over about 500 lines, no class over about 250"."""

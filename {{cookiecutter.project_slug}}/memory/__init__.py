@@ -18,7 +18,8 @@ stores import only the modules below the store interface):
 - ``call`` (CallMemory), ``recall`` (budget and cache), ``pairing`` (which reply
   answers which turn), ``intake`` (a captured message masked, paired and
   queued), ``writer`` (background saves), ``ending`` (the end of a
-  call), ``erasure`` (an erasure made during a call reaches it), ``tools`` (what
+  call), ``erasure`` (an erasure made during a call reaches it), ``voicemail`` (an
+  outbound call answered by voicemail keeps nothing), ``tools`` (what
   the remember and forget tools do), ``speech`` (the
   wiring self-check), ``figures`` (trace spans, the call's log line), ``health`` (a
   store known to be down);
@@ -29,10 +30,12 @@ stores import only the modules below the store interface):
   ``records`` (what memory holds), ``limits`` (every limit), ``errors``;
 - ``store`` (the ``MemoryStore`` Protocol and ``open_store``), ``places`` (the
   data folder); backends: ``sqlite_store`` (+ ``sqlite_file``: connections and
-  upgrades, ``sqlite_schema``: migrations, ``sqlite_search``: FTS5 terms and
-  ranking, ``sqlite_queries``: each operation's SQL), ``postgres_store`` (+
-  ``postgres_pool``: how work reaches the server, ``postgres_schema``: the schema
-  and its upgrade, ``postgres_search``, ``postgres_admin``: the operator's
+  upgrades, ``sqlite_schema``: migrations, ``sqlite_index``: what the turn index
+  holds, ``sqlite_search``: FTS5 terms and ranking, ``sqlite_queries``: each
+  operation's SQL, ``sqlite_erase``: the erasure after a forget, in steps),
+  ``postgres_store`` (+ ``postgres_pool``: how work reaches the server,
+  ``postgres_schema``: what a URL names and the upgrade, ``postgres_migrations``:
+  each version's step, ``postgres_search``, ``postgres_admin``: the operator's
   command), and over HTTP ``hosted`` (+ ``hosted_http``, ``hosted_delivery``,
   ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``) with
   ``supermemory_store``, ``mem0_store``, ``zep_store``; ``spool`` (what a call saves

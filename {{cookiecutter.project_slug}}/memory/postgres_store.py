@@ -11,7 +11,8 @@ turns, from word counts that triggers on the exchanges table keep. Implements
 ``MemoryStore`` (``store``); ``records`` and ``facts`` have the types and rules.
 
 Workers never create or change the schema. An operator does, with this module
-(the command is ``postgres_admin``'s, the schema ``postgres_schema``'s):
+(the command is ``postgres_admin``'s, the schema ``postgres_schema``'s and its
+migrations ``postgres_migrations``'s):
 
     uv run -m memory.postgres_store status     # the schema's version against this code's
     uv run -m memory.postgres_store sql        # the SQL `upgrade` would run, to review

@@ -124,7 +124,7 @@ class SQLiteFile:
             _set_wal(conn, self.busy_timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
             # Deleted rows are overwritten with zeros, not left in free space (see
-            # sqlite_queries.erase_step).
+            # sqlite_erase.erase_step).
             conn.execute("PRAGMA secure_delete=ON")
             add_functions(conn)  # what the turn index's triggers compute words with
             if self._file is None:

@@ -222,60 +222,6 @@ def mark_erased(conn: sqlite3.Connection, caller_id: str, at: float) -> None:
     )
 
 
-ERASE_STEP_PAGES = 25
-"""Most FTS5 index pages (``pgsz``: 4,050 bytes by default) one step of the erasure's
-merge writes (``erase_step``): 25 to 137 ms for the longest step in files of 10,000 to
-1,000,000 exchanges on a 2-core machine at load 10 (the kit's
-benchmarks/forget_erase.py), so another process's save waits at most that long, far
-under its busy timeout (``sqlite_store.BUSY_TIMEOUT``, 2 s). At 1M exchanges the
-whole merge took 3,380 steps."""
-CHECKPOINT_WAIT = 0.1
-"""Seconds one try of the erasure's TRUNCATE checkpoint waits for readers in other
-processes: it holds the write lock while it waits, so it waits in short tries, with
-other writes in between (``checkpoint``)."""
-
-
-def erase_step(conn: sqlite3.Connection, restart: bool) -> bool:
-    """One bounded step of removing deleted rows' words from the search index; returns
-    whether there is more to do.
-
-    secure_delete (set on every connection) zeroes a deleted row where it lay, but
-    FTS5 keeps the words of deleted turns in its index segments, behind delete
-    markers, until a merge whose output is the index's oldest segment drops both
-    (SQLite 3.40 has no FTS5 secure-delete option). That is what 'optimize' does in
-    one statement, rewriting the whole index under the write lock (about 20 ms per
-    1,000 stored exchanges: 21 to 26 s at 1M, in which other processes' saves timed
-    out). The same merge, as FTS5's documentation gives it: 'merge' with a negative
-    page count first (``restart``: every segment moved to one level, so the merge
-    covers them all and its output is the oldest), then with a positive one until a
-    step changes less than 2 rows; each at most ``ERASE_STEP_PAGES`` pages, in a
-    transaction of its own (the connection is in autocommit), so other writers get
-    the lock between steps. A merge started stays in the index's structure record:
-    saves meanwhile add segments of their own and do not restart it."""
-    before = conn.total_changes
-    pages = -ERASE_STEP_PAGES if restart else ERASE_STEP_PAGES
-    conn.execute(
-        "INSERT INTO turns_fts (turns_fts, rank) VALUES ('merge', ?)", (pages,)
-    )
-    return conn.total_changes - before >= 2
-
-
-def checkpoint(conn: sqlite3.Connection, busy_timeout: float) -> bool:
-    """One try of the erasure's last step: a TRUNCATE checkpoint (every page back into
-    the database, the -wal file cut to zero bytes, so no earlier version of a changed
-    page is left in it), waiting at most ``CHECKPOINT_WAIT`` s for readers in other
-    processes. Returns whether it was done; the connection's busy timeout is then
-    ``busy_timeout`` again. 0 copies of a forgotten word are left after the merge and
-    this (tests/test_sqlite_erase.py; the kit's benchmarks/forget_erase.py has the
-    figures and why each step is needed)."""
-    conn.execute(f"PRAGMA busy_timeout = {int(CHECKPOINT_WAIT * 1000)}")
-    try:
-        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-    return not busy
-
-
 # -- reads, on a reader thread --------------------------------------------------------
 
 

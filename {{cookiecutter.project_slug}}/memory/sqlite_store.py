@@ -18,7 +18,8 @@ This module is the store: when each operation runs and how long it may take. Its
 parts: ``sqlite_file`` (the file's connections, a file replaced, the upgrade of a
 big one), ``sqlite_schema`` (migrations and checks), ``sqlite_index`` (what the turn
 index holds, and the triggers that keep it), ``sqlite_search`` (FTS5 terms and
-ranking) and ``sqlite_queries`` (the SQL of each operation).
+ranking), ``sqlite_queries`` (the SQL of each operation) and ``sqlite_erase`` (the
+erasure after a forget, in steps that let other writers in).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -41,6 +42,7 @@ from .facts import Fact, Remembered
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
 from .places import local_path
 from .records import Exchange, Recall, Summary
+from .sqlite_erase import Erasure
 from .sqlite_file import SQLiteFile, passing, rollback
 from .sqlite_index import add_functions, index_turns
 from .sqlite_queries import LATEST_SUMMARIES
@@ -91,10 +93,6 @@ logger = logging.getLogger("memory")
 BUSY_TIMEOUT = 2.0
 """Seconds a save waits for another process's write lock before failing (it is
 retried by ExchangeWriter)."""
-ERASE_BUSY_TRIES = 5
-"""Times in a row a step of the erasure after a forget is tried when another
-process holds the write lock past the busy timeout, before the erasure gives up
-(logged; the next forget erases again)."""
 READERS = 4
 """Reader threads per process: calls whose queries are slow (a cold disk) hold at
 most this many; other calls' recalls run on the rest."""
@@ -171,15 +169,7 @@ class SQLiteStore:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="memory-write")
         self._saves = _SaveBatches(self._writer, self._file)
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="memory-read")
-        # The erasure after a forget (_erase_soon): done when _erased is; a restart
-        # asked for by a forget meanwhile; whether a merge is under way.
-        self._erase_lock = threading.Lock()
-        self._erased: Future[None] | None = None
-        self._erase_restart = False
-        self._erase_again = False
-        self._merging = False
-        self._checkpoint_tries = 0
-        self._erase_busy = 0  # steps in a row refused by another process's lock
+        self._erasure = Erasure(self._writer, self._file)  # after a forget, a purge
 
     @property
     def generation(self) -> int:
@@ -292,7 +282,7 @@ class SQLiteStore:
             queries.forget, caller_id, kind, value, call_id, timeout=timeout
         )
         if n:
-            self._erase_soon(index=kind is None)
+            self._erasure.soon(index=kind is None)
         return n
 
     async def purge(self, *, before: float, what: str) -> int:
@@ -302,79 +292,8 @@ class SQLiteStore:
             )
         n = await self._write(queries.purge, what, before)
         if n:
-            self._erase_soon(index=what == "exchanges")
+            self._erasure.soon(index=what == "exchanges")
         return n
-
-    def _erase_soon(self, *, index: bool) -> None:
-        # Queued on the writer thread behind the committed delete, not awaited: the
-        # caller hears "forgotten" as soon as no query can find the rows, and the
-        # bytes are gone moments later (close() waits for it). In bounded steps, each
-        # a job of its own that queues the next (``_erase_next``), so this process's
-        # saves queued meanwhile run between them, as other processes' do.
-        if self._file.closed:  # a forget that was running when close() began
-            logger.warning("memory: forgotten rows are deleted, not yet erased: closed")
-            return
-        with self._erase_lock:
-            self._erase_restart |= index
-            self._erase_again = True
-            self._checkpoint_tries = 0
-            if self._erased is not None:  # running: it goes on with this one's rows
-                return
-            self._erased = Future()
-            self._erased.add_done_callback(_erase_failed)
-        self._writer.submit(self._erase_next)
-
-    def _erase_next(self) -> None:
-        # One step of the erasure (queries.erase_step, then queries.checkpoint), on the
-        # writer thread; the next step is queued behind what was queued meanwhile.
-        try:
-            more = self._erase_step(self._file.conn())
-            self._erase_busy = 0
-        except FAIL_OPEN as exc:  # logged by _erase_failed; a forget erases again
-            if isinstance(exc, sqlite3.Error) and passing(exc):
-                # another process held the lock past the busy timeout: try again
-                self._erase_busy += 1
-                if self._erase_busy < ERASE_BUSY_TRIES:
-                    self._writer.submit(self._erase_next)
-                    return
-            self._erase_busy = 0
-            with self._erase_lock:
-                erased, self._erased = self._erased, None
-                self._merging = self._erase_restart = self._erase_again = False
-            if erased is not None:
-                erased.set_exception(exc)
-            return
-        if more:
-            self._writer.submit(self._erase_next)
-
-    def _erase_step(self, conn: sqlite3.Connection) -> bool:
-        with self._erase_lock:
-            restart, self._erase_restart = self._erase_restart, False
-            self._erase_again = False
-        if restart or self._merging:
-            try:
-                self._merging = queries.erase_step(conn, restart)
-            except BaseException:
-                with self._erase_lock:  # the step is to be made again
-                    self._erase_restart |= restart
-                raise
-            return True
-        busy_timeout = self._file.busy_timeout
-        if not queries.checkpoint(conn, busy_timeout):
-            self._checkpoint_tries += 1
-            if self._checkpoint_tries * queries.CHECKPOINT_WAIT < busy_timeout:
-                return True
-            raise sqlite3.OperationalError(
-                "a reader held the WAL past the busy timeout; forgotten rows' earlier "
-                "page versions stay in the -wal file until the next checkpoint"
-            )
-        with self._erase_lock:
-            if self._erase_again:  # another forget came: its rows' turn now
-                return True
-            erased, self._erased = self._erased, None
-        if erased is not None:
-            erased.set_result(None)
-        return False
 
     # -- reads --
 
@@ -416,9 +335,7 @@ class SQLiteStore:
     async def close(self) -> None:
         if self._file.closed:
             return
-        while self._erased is not None:  # the erasure after a forget, to its end
-            with contextlib.suppress(Exception):
-                await asyncio.wrap_future(self._erased)
+        await self._erasure.wait()  # the erasure after a forget, to its end
         self._file.closed = True
         loop = asyncio.get_running_loop()
         for executor in (self._writer, self._readers):
@@ -503,10 +420,3 @@ def _settle(future: asyncio.Future[None], outcome: BaseException | None) -> None
         future.set_result(None)
     else:
         future.set_exception(outcome)
-
-
-def _erase_failed(done: Any) -> None:
-    if not done.cancelled() and done.exception() is not None:
-        logger.warning(
-            "memory: forgotten rows are deleted, not yet erased: %r", done.exception()
-        )

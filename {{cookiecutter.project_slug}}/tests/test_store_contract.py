@@ -137,6 +137,33 @@ async def test_a_later_call_in_the_same_language_finds_what_was_said(store, lang
     assert [e.user_text for e in recall.exchanges] == [said]
 
 
+def both_painted_the_lake() -> list[memory.Exchange]:
+    """The caller and the agent each say they painted the lake; BM25 alone prefers
+    the agent's shorter turn (backend_tests/sqlite uses them too)."""
+    return [
+        make_exchange(
+            1,
+            text="I painted the lake at sunrise last summer with my old brushes",
+            reply="That sounds lovely.",
+        ),
+        make_exchange(2, text="Guess what I did today.", reply="I painted the lake!"),
+    ]
+
+
+async def test_i_or_you_in_a_question_ranks_that_sides_turns_first(store):
+    # "I" asks for the caller's words, "you" for the agent's (memory.words.whose_turns,
+    # ranked up by ABOUT_WEIGHT).
+    backend = searched_by(store)
+    if backend not in OUR_SEARCH:
+        pytest.skip(f"{backend}: the service's own engine ranks, not this project's")
+    for exchange in both_painted_the_lake():
+        await store.save(exchange)
+    first = (await store.recall(ALICE, "What did I paint at the lake?")).exchanges[0]
+    assert first.user_text.startswith("I painted the lake")
+    first = (await store.recall(ALICE, "What did you paint at the lake?")).exchanges[0]
+    assert first.assistant_text == "I painted the lake!"
+
+
 async def test_a_fixed_greeting_in_every_opening_takes_one_place_in_recall(store):
     # Each call's opening (the greeting the caller answered) is saved; a deployment's
     # greeting is often the same words every time. They must not take every place.

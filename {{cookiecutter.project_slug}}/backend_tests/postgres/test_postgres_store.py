@@ -43,27 +43,6 @@ from tests.store_fixtures import own_schema, server_or_skip, with_params
 ALICE = "alice@example.com"
 
 
-async def test_a_question_about_the_callers_own_words_ranks_the_callers_turns_first(
-    store,
-):
-    # As on sqlite: both say they painted the lake; BM25 alone prefers the agent's
-    # shorter turn. "I" asks for the caller's words, "you" for the agent's.
-    await store.save(
-        make_exchange(
-            1,
-            text="I painted the lake at sunrise last summer with my old brushes",
-            reply="That sounds lovely.",
-        )
-    )
-    await store.save(
-        make_exchange(2, text="Guess what I did today.", reply="I painted the lake!")
-    )
-    first = (await store.recall(ALICE, "What did I paint at the lake?")).exchanges[0]
-    assert first.user_text.startswith("I painted the lake")
-    first = (await store.recall(ALICE, "What did you paint at the lake?")).exchanges[0]
-    assert first.assistant_text == "I painted the lake!"
-
-
 def admin() -> psycopg.Connection:
     return psycopg.connect(server_or_skip(), autocommit=True)
 

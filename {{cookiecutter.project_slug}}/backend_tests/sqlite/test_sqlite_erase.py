@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import memory
-from memory import sqlite_queries, sqlite_store
+from memory import sqlite_erase, sqlite_queries, sqlite_store
 from tests.doubles import make_exchange
 
 ALICE = "alice@example.com"
@@ -133,7 +133,7 @@ async def test_the_erasure_after_a_forget_lets_other_writers_in_between_its_step
     sqlite_store.add_functions(other_worker)
     other_worker.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     events: list[str] = []
-    step = sqlite_queries.erase_step
+    step = sqlite_erase.erase_step
 
     def one_step(conn: sqlite3.Connection, restart: bool) -> bool:
         more = step(conn, restart)
@@ -150,8 +150,8 @@ async def test_the_erasure_after_a_forget_lets_other_writers_in_between_its_step
         save(conn, e)
         events.append("save")
 
-    monkeypatch.setattr(sqlite_queries, "ERASE_STEP_PAGES", 2)
-    monkeypatch.setattr(sqlite_queries, "erase_step", one_step)
+    monkeypatch.setattr(sqlite_erase, "ERASE_STEP_PAGES", 2)
+    monkeypatch.setattr(sqlite_erase, "erase_step", one_step)
     monkeypatch.setattr(sqlite_queries, "save", saved)
     try:
         assert await store.forget(ALICE) == 1
@@ -268,7 +268,7 @@ async def test_an_erasure_that_finds_another_process_holding_the_lock_waits_its_
     await store.save(make_exchange(1, text="the code is zebraquokkalocked"))
     holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
     tries: list[bool] = []
-    step = sqlite_queries.erase_step
+    step = sqlite_erase.erase_step
 
     def held_step(conn: sqlite3.Connection, restart: bool) -> bool:
         tries.append(restart)
@@ -278,7 +278,7 @@ async def test_an_erasure_that_finds_another_process_holding_the_lock_waits_its_
             holder.execute("COMMIT")
         return step(conn, restart)
 
-    monkeypatch.setattr(sqlite_queries, "erase_step", held_step)
+    monkeypatch.setattr(sqlite_erase, "erase_step", held_step)
     try:
         assert await store.forget(ALICE) == 1
         await store.close()

@@ -23,6 +23,7 @@ import pytest
 import memory
 from memory import sqlite_file, sqlite_schema, sqlite_search, sqlite_store
 from tests.doubles import make_exchange
+from tests.test_store_contract import both_painted_the_lake
 
 PROJECT = Path(__file__).resolve().parents[1]  # where agent.py is
 ALICE = "alice@example.com"
@@ -39,24 +40,12 @@ async def test_recall_matches_other_word_forms(store):
     assert [e.user_text for e in recall.exchanges] == ["We went hiking in the Alps."]
 
 
-async def test_a_question_about_the_callers_own_words_ranks_the_callers_turns_first(
-    store,
-):
-    # Both say they painted the lake; BM25 alone prefers the agent's shorter turn.
-    await store.save(
-        make_exchange(
-            1,
-            text="I painted the lake at sunrise last summer with my old brushes",
-            reply="That sounds lovely.",
-        )
-    )
-    await store.save(
-        make_exchange(2, text="Guess what I did today.", reply="I painted the lake!")
-    )
-    first = (await store.recall(ALICE, "What did I paint at the lake?")).exchanges[0]
-    assert first.user_text.startswith("I painted the lake")
-    first = (await store.recall(ALICE, "What did you paint at the lake?")).exchanges[0]
-    assert first.assistant_text == "I painted the lake!"
+async def test_the_callers_name_in_a_question_ranks_the_callers_turns_first(store):
+    # The caller's name on file counts as "I" (the store contract ranks by "I" and
+    # "you" on both our stores); only sqlite reads the facts before it ranks, postgres
+    # gets them in the same round trip as the ranked turns.
+    for exchange in both_painted_the_lake():
+        await store.save(exchange)
     await store.remember(ALICE, memory.Fact.of("name", "Alice Lidell"))
     first = (await store.recall(ALICE, "What did Alice paint, the lake?")).exchanges[0]
     assert first.user_text.startswith("I painted the lake")
@@ -231,9 +220,9 @@ def test_thai_words_are_not_cut_at_their_vowel_marks():
     assert all(not unicodedata.category(w[0]).startswith("M") for w in words)
 
 
-async def test_a_file_of_schema_1_is_indexed_again_when_opened(tmp_path):
-    path = tmp_path / "old.db"
-    conn = sqlite3.connect(path)
+def _file_of_schema_1(path: Path) -> sqlite3.Connection:
+    # A file as schema 1 left it, holding one exchange (hiking in the Alps).
+    conn = sqlite3.connect(path, isolation_level=None)
     conn.executescript(str(sqlite_store.MIGRATIONS[0]))
     conn.execute(
         "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
@@ -241,9 +230,12 @@ async def test_a_file_of_schema_1_is_indexed_again_when_opened(tmp_path):
         (ALICE, sqlite_store.caller_key(ALICE), "We went hiking in the Alps."),
     )
     conn.execute("PRAGMA user_version = 1")
-    conn.commit()
-    conn.close()
-    store = memory.open_store(f"sqlite:///{path}")
+    return conn
+
+
+async def _upgraded_from_schema_1(store: memory.MemoryStore, path: Path) -> None:
+    # The schema 1 file's exchange is found, a new one is saved beside it, and the
+    # file is at this code's version when the store has closed.
     try:
         recall = await store.recall(ALICE, "Where did I go hiking?")
         assert [e.user_text for e in recall.exchanges] == [
@@ -253,10 +245,16 @@ async def test_a_file_of_schema_1_is_indexed_again_when_opened(tmp_path):
         assert len((await store.recall(ALICE, "hiking")).exchanges) == 2
     finally:
         await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    assert version == sqlite_store.SCHEMA_VERSION
+
+
+async def test_a_file_of_schema_1_is_indexed_again_when_opened(tmp_path):
+    path = tmp_path / "old.db"
+    _file_of_schema_1(path).close()
+    await _upgraded_from_schema_1(memory.open_store(f"sqlite:///{path}"), path)
     conn = sqlite3.connect(path)
-    assert (
-        conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
-    )
     conn.execute("INSERT INTO turns_fts (turns_fts) VALUES ('integrity-check')")
     # schema 7 dropped the one-row-per-exchange index and its triggers
     left = "SELECT name FROM sqlite_master WHERE name GLOB 'exchanges_[af]*'"
@@ -747,34 +745,14 @@ async def test_a_file_another_process_holds_locked_is_opened_when_first_used(
     # it, and LiveKit gave the call no agent: now it takes the call, without memory
     # until the lock is free, and checks and migrates the file on first use.
     path = tmp_path / "old.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.executescript(str(sqlite_store.MIGRATIONS[0]))
-    conn.execute(
-        "INSERT INTO exchanges (key, caller_id, caller_key, call_id, user_text, "
-        "assistant_text, item_ids, created_at) VALUES ('k1', ?, ?, 'c1', ?, 'Nice!', '[]', 1)",
-        (ALICE, sqlite_store.caller_key(ALICE), "We went hiking in the Alps."),
-    )
-    conn.execute("PRAGMA user_version = 1")
+    conn = _file_of_schema_1(path)
     conn.execute("BEGIN IMMEDIATE")  # the other process, mid-migration
     with caplog.at_level(logging.WARNING, logger="memory"):
         store = memory.open_store(f"sqlite:///{path}")
     assert "cannot be opened now (database is locked)" in caplog.text
     conn.execute("ROLLBACK")
     conn.close()
-    try:
-        recall = await store.recall(ALICE, "Where did I go hiking?")
-        assert [e.user_text for e in recall.exchanges] == [
-            "We went hiking in the Alps."
-        ]
-        await store.save(make_exchange(2, text="hiking again next week"))
-        assert len((await store.recall(ALICE, "hiking")).exchanges) == 2
-    finally:
-        await store.close()
-    conn = sqlite3.connect(path)
-    assert (
-        conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
-    )
-    conn.close()
+    await _upgraded_from_schema_1(store, path)
 
 
 def _open_with_no_room(url: str) -> None:
