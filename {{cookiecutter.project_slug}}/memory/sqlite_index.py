@@ -38,11 +38,19 @@ def _indexed_words(caller_id: str, text: str) -> str:
     # building these strings word by word). A trigger asks for the words of one text
     # several times (a turn's own words, the other side's context, the next
     # exchange's context): each is computed once.
+    # A long text's in parts, so no one join holds the GIL long (limits.PIECE_CHARS).
     words = search_words(text)
     if not words:
         return ""
     prefix = _prefix(caller_id)
-    return prefix + f" {prefix}".join(words)
+    between = f" {prefix}"
+    parts = [
+        between.join(words[at : at + _JOINED]) for at in range(0, len(words), _JOINED)
+    ]
+    return prefix + between.join(parts)
+
+
+_JOINED = 2000
 
 
 _prefix = functools.lru_cache(maxsize=1024)(caller_prefix)
