@@ -14,7 +14,10 @@ as in a call):
   call of the same caller (recall, ranking and the block over what was captured);
 - **block**: the block of a Recall holding the text as an exchange's both sides, a
   call summary and (its first 500 characters) a fact, queried with the text, as
-  ``block_for`` renders it (``Recaller.render``: rows bounded, on a thread).
+  ``block_for`` renders it (``Recaller.render``: rows bounded, on a thread);
+- **idle**: nothing but the ticker, for as long as that capture took: what the
+  machine's load alone costs the loop in that time (another process holding the
+  core), the floor under every wall-clock figure.
 
 Inputs (each at every size): ``digits`` (a run of digits in groups, the masking's worst
 case), ``spaced digits``, ``cjk`` (Chinese without spaces), ``accented`` (Latin words with
@@ -121,9 +124,13 @@ async def bench(sizes: list[int], repeats: int) -> dict[str, dict[str, list[floa
                 f"{name:>24}: " + "  ".join(f"{op} {w:5.1f}/{c:4.1f}" for op, (w, c) in row.items())
             )
     await store.close()
-    wall = max(w for row in results.values() for w, _ in row.values())
-    cpu = max(c for row in results.values() for _, c in row.values())
-    print(f"largest stall: {wall:.1f} ms wall, {cpu:.1f} ms loop CPU (aim: 20 ms)")
+    busy = [v for row in results.values() for op, v in row.items() if op != "idle"]
+    wall, cpu = max(w for w, _ in busy), max(c for _, c in busy)
+    idle = max(row["idle"][0] for row in results.values())
+    print(
+        f"largest stall: {wall:.1f} ms wall, {cpu:.1f} ms loop CPU (aim: 20 ms); "
+        f"idle, the load's own: {idle:.1f} ms"
+    )
     return results
 
 
@@ -139,7 +146,9 @@ async def one_pass(store, ticker: Ticker, text: str, n: int) -> dict[str, tuple[
     async def remember() -> None:
         await call.remember("note", text)
 
+    started = time.perf_counter()
     row["capture"] = await ticker.measure(capture)
+    took = time.perf_counter() - started
     row["remember"] = await ticker.measure(remember)
     await call.aclose()
     later = memory.CallMemory(store, CALLER, f"later-{n}", recall_budget=30)
@@ -156,6 +165,7 @@ async def one_pass(store, ticker: Ticker, text: str, n: int) -> dict[str, tuple[
         await later.recaller.render(recalled, query=text)
 
     row["block"] = await ticker.measure(block)
+    row["idle"] = await ticker.measure(lambda: asyncio.sleep(took))
     await later.aclose()
     return row
 

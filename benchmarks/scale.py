@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import bisect
 import json
+import os
 import platform
 import random
 import sqlite3
@@ -336,6 +337,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=8)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    # the postgres store's spool: a folder of its own, not the template's data/
+    os.environ.setdefault("MEMORY_DATA_DIR", tempfile.mkdtemp(prefix="scale-spool-"))
     results = asyncio.run(run(args))
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -7,6 +7,7 @@
     uv run memory_admin.py forget CALLER_ID --yes     # erase everything about a caller
     uv run memory_admin.py purge                      # apply the retention settings now
     uv run memory_admin.py purge --what exchanges --older-than-days 90
+    uv run memory_admin.py upgrade                    # a SQLite file of an older version
 
 `show` and `export` list facts newest first (as the memory block does), and call
 summaries and exchanges oldest first, so a caller's calls read in the order they
@@ -44,7 +45,7 @@ from dotenv import load_dotenv
 
 import memory
 from memory.errors import FAIL_OPEN
-from memory.places import project_dir
+from memory.places import default_url, project_dir
 
 # The project's .env.local, where the agent reads it: in the project root (beside
 # pyproject.toml), also when this file sits in src/ beside a starter's agent.py.
@@ -175,6 +176,9 @@ async def run(args: argparse.Namespace, out: Any) -> None:
         raise UsageError(f"forget erases everything about {caller}; add --yes to do it")
     if args.command == "purge" and args.what and args.older_than_days is None:
         raise UsageError("--what needs --older-than-days")
+    if args.command == "upgrade":
+        print(await upgrade(), file=out)
+        return
     # A store that is not there (a mistyped path) is an error, not zeros, and no
     # command creates one: a forget "done" in a new empty file erased nothing.
     store = memory.open_store(create=False)
@@ -234,6 +238,35 @@ async def run(args: argparse.Namespace, out: Any) -> None:
         await store.close()
 
 
+async def upgrade() -> str:
+    """Upgrade the SQLite file MEMORY_URL names to this code's schema version, of any
+    size, before returning (a worker's prewarm upgrades only small ones); what was
+    done, as one line. Raises UsageError for another backend."""
+    url = os.getenv("MEMORY_URL", "").strip() or default_url()
+    if not url.startswith("sqlite:"):
+        raise UsageError(
+            "upgrade is for a SQLite file; PostgreSQL: uv run -m memory.postgres_store "
+            "upgrade; a hosted service keeps its own schema"
+        )
+    from memory.sqlite_schema import SCHEMA_VERSION, rows_to_upgrade
+    from memory.sqlite_store import BUSY_TIMEOUT, SQLiteStore, path_of
+
+    path = path_of(url)
+    if not path.is_file():
+        raise memory.StoreUnavailableError(f"no memory file at {path}")
+    rows = rows_to_upgrade(path, BUSY_TIMEOUT)
+    store = SQLiteStore.open(path, upgrade_rows=float("inf"))
+    await store.close()
+    if rows_to_upgrade(path, BUSY_TIMEOUT):  # another process held it past the wait
+        raise memory.StoreUnavailableError(
+            f"{path} could not be upgraded now (another process is writing it or "
+            "upgrading it); try again"
+        )
+    if not rows:
+        return f"{path} is at schema version {SCHEMA_VERSION}: nothing to do"
+    return f"upgraded {path} ({rows} exchanges) to schema version {SCHEMA_VERSION}"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memory_admin.py", description=__doc__.splitlines()[0]
@@ -264,6 +297,9 @@ def parser() -> argparse.ArgumentParser:
     )
     purge.add_argument("--what", choices=memory.PURGEABLE)
     purge.add_argument("--older-than-days", type=float)
+    sub.add_parser(
+        "upgrade", help="upgrade a SQLite file of an older version now, of any size"
+    )
     return p
 
 

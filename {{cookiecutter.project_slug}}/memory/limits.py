@@ -37,6 +37,12 @@ INLINE_TEXT_CHARS = 2000
 most ~6 ms: masking costs ~3 µs a character at worst, a text of spaced digits);
 a longer one on a thread, and the messages after it wait their turn, so no message
 holds the loop more than 20 ms (benchmarks/event_loop.py)."""
+PIECE_CHARS = 10_000
+"""Characters one pass of a regular expression reads at a time over a long text
+(masking, search words): Python's ``re`` holds the GIL for a whole call, about
+0.15 µs a character, so a 200,000-character turn read in one call on the writer or
+masking thread held the event loop 30 ms; a piece holds it about 1.5 ms
+(``text.spans``; benchmarks/event_loop.py)."""
 MAX_QUERY_CHARS = 1000
 """Characters of the caller's latest words a recall searches for: their end (what
 was said last), so a huge turn costs the search and the block no more than this;

@@ -31,6 +31,11 @@ UPGRADE_SECONDS_PER_ROW = 0.0001
 """What upgrading from schema 3 (the turn index of versions 4 and 6) takes per exchange
 on a 2-core machine, for the log line's estimate: 8.2 to 17.0 s for 100,000 in the
 runs of benchmarks/README.md (``upgrade.py``), depending on the machine's load."""
+UPGRADE_SECONDS_PER_ROW_LOADED = 0.00072
+"""The slowest upgrade measured per exchange (``upgrade.py``): 20,000 exchanges from
+schema 3 in 14.4 s at load average 11 on the 2-core machine (from schema 7: 4.6 s;
+5,000 from schema 3: 2.7 s at load 10). ``sqlite_store.UPGRADE_IN_OPEN_ROWS`` is
+bounded by it."""
 UPGRADE_RETRY_AFTER = 0.5
 """Seconds between tries of a background upgrade while another process holds the
 file's write lock (upgrading it itself, or writing)."""
@@ -161,7 +166,8 @@ class SQLiteFile:
         logger.warning(
             "memory: %s holds %d exchanges of an older schema version; upgrading it to "
             "version %d on a thread of its own (about %.0f s); calls go on without memory "
-            "until it is done",
+            "until it is done (to upgrade such a file before the worker starts: "
+            "uv run memory_admin.py upgrade)",
             self.path,
             rows,
             SCHEMA_VERSION,

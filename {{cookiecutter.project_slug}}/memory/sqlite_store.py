@@ -96,12 +96,14 @@ retried by ExchangeWriter)."""
 READERS = 4
 """Reader threads per process: calls whose queries are slow (a cold disk) hold at
 most this many; other calls' recalls run on the rest."""
-UPGRADE_IN_OPEN_ROWS = 20_000
+UPGRADE_IN_OPEN_ROWS = 4_000
 """Most exchanges a file of an older schema version may hold for ``open`` to upgrade
 it before it returns. ``open`` runs in a job process's prewarm, and LiveKit kills a
 process whose prewarm takes over 10 s (livekit-agents' ``initialize_process_timeout``
-default), which would roll the upgrade back in every new process, forever. A bigger
-file is upgraded on a thread of its own: ``open`` returns at once, reads and writes
+default), which would roll the upgrade back in every new process, forever: at the
+slowest upgrade measured (``sqlite_file.UPGRADE_SECONDS_PER_ROW_LOADED``) this many
+take under a third of it. A bigger file is upgraded on a thread of its own (or
+beforehand by ``memory_admin.py upgrade``): ``open`` returns at once, reads and writes
 raise ``StoreUnavailableError`` until it is done (calls go on without memory; their
 exchanges wait in ``ExchangeWriter``), and a process killed meanwhile leaves
 the file as it was (one transaction) for the next one to upgrade."""
@@ -185,10 +187,13 @@ class SQLiteStore:
         return self._file.upgrading is not None
 
     @classmethod
-    def open(cls, path: str | Path) -> SQLiteStore:
+    def open(
+        cls, path: str | Path, *, upgrade_rows: float | None = None
+    ) -> SQLiteStore:
+        # upgrade_rows: UPGRADE_IN_OPEN_ROWS unless given (memory_admin's upgrade: any)
         store = cls(path)
         rows = rows_to_upgrade(store.path, BUSY_TIMEOUT)
-        if rows > UPGRADE_IN_OPEN_ROWS:
+        if rows > (UPGRADE_IN_OPEN_ROWS if upgrade_rows is None else upgrade_rows):
             store._file.upgrade_in_background(rows)
             return store
         try:

@@ -7,6 +7,10 @@ no more than a short one (these run on the event loop, inside a reply's wait).
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
+
+from .limits import PIECE_CHARS
 
 
 def clip(text: str, limit: int, *, at_word: bool = False) -> str:
@@ -43,3 +47,21 @@ def clean_text(text: str) -> str:
     fact or summary is kept."""
     text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text.replace("\x00", "")
+
+
+def spans(
+    text: str, cut: re.Pattern[str], size: int = PIECE_CHARS
+) -> Iterator[tuple[int, int]]:
+    """``text`` as ``(start, end)`` pieces, in order and covering it, each ending
+    where ``cut`` matches (a character no match of the pass can hold: the pass over
+    each piece finds what it finds over the whole) after its first ``size``
+    characters, or at the text's end: so a pass holds the GIL for one piece at a
+    time. A text with no cut past ``size`` is one piece."""
+    start = 0
+    while len(text) - start > size:
+        found = cut.search(text, start + size)
+        if found is None:
+            break
+        yield start, found.start()
+        start = found.start()
+    yield start, len(text)

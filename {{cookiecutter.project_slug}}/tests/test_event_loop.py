@@ -4,13 +4,16 @@ tests check the bounds, never the clock), and masking an IBAN takes an IBAN."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import string
 import threading
 
+import pytest
+
 import memory
-from memory import intake, limits, tools
+from memory import intake, limits, privacy, text, tools, words
 from tests.doubles import StoreWrapper
 
 ALICE = "alice@example.com"
@@ -129,3 +132,54 @@ def test_an_iban_of_a_country_outside_the_registry_is_masked_only_when_named():
     number = "IR06 2960 0000 0010 0324 2000 01"
     assert memory.mask_sensitive(f"my IBAN is {number}") == "my IBAN is [IBAN]"
     assert memory.mask_sensitive(f"the code {number}") == f"the code {number}"
+
+
+class Reads:
+    """A compiled pattern that records how many characters each call of it reads."""
+
+    def __init__(self, pattern, read: list[int]):
+        self.pattern, self.read = pattern, read
+
+    def __getattr__(self, name):
+        method = getattr(self.pattern, name)
+
+        def reading(string, pos=0, endpos=None):
+            end = len(string) if endpos is None else min(endpos, len(string))
+            self.read.append(end - pos)
+            return method(string, pos, len(string) if endpos is None else endpos)
+
+        return reading
+
+
+LONG_TURNS = {
+    "spaced digits": "4 1 1 1 0 9 ",
+    "card numbers": "4111 1111 1111 1111 and ",
+    "accented words": "àéîõü çñ ßœ øå ",
+    "words": "my sister ana is vegetarian and lives in lisbon ",
+    "ibans": "GB82 WEST 1234 5698 7654 32 SW1A 1AA flight BA2490 ",
+    "cjk and words": "我的名字是玛丽亚 我住在里斯本 ",
+}
+
+
+@pytest.mark.parametrize("unit", LONG_TURNS.values(), ids=LONG_TURNS.keys())
+def test_masking_and_search_words_read_a_long_turn_a_piece_at_a_time(unit, monkeypatch):
+    # Python's re holds the GIL for a whole call: one pass over a 200,000-character
+    # turn on the writer or masking thread held the event loop 30-48 ms.
+    said = (unit * (limits.MAX_TURN_CHARS // len(unit) + 1))[: limits.MAX_TURN_CHARS]
+    whole = functools.partial(text.spans, size=len(said))
+    with monkeypatch.context() as at_once:  # the same passes, each over the whole
+        at_once.setattr(words, "spans", whole)
+        at_once.setattr(privacy, "spans", whole)
+        expected = memory.mask_sensitive(said), words.search_words(said)
+    read: list[int] = []
+    for module, name in [
+        (privacy, "_IBAN"),
+        (privacy, "_TOKEN"),
+        (words, "_ASCII_WORD_RE"),
+        (words, "_WORD_RE"),
+        (words, "_CHARACTER_RE"),
+    ]:
+        monkeypatch.setattr(module, name, Reads(getattr(module, name), read))
+    assert (memory.mask_sensitive(said), words.search_words(said)) == expected
+    assert len(read) > 10
+    assert max(read) <= limits.PIECE_CHARS + privacy.IBAN_MAX_CHARS + len(unit)

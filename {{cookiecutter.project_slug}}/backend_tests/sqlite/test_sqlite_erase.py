@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import memory
-from memory import sqlite_erase, sqlite_queries, sqlite_store
+from memory import sqlite_erase, sqlite_index, sqlite_queries, sqlite_store
 from tests.doubles import make_exchange
 
 ALICE = "alice@example.com"
@@ -329,4 +329,23 @@ def test_the_words_the_index_triggers_compute_are_the_search_words_of_the_text()
     ]:
         (got,) = conn.execute("SELECT memory_words(?, ?)", (caller, text)).fetchone()
         assert got == sqlite_store.indexed_words(caller, text), text
+    conn.close()
+
+
+async def test_a_forget_computes_each_forgotten_texts_words_once(tmp_path):
+    # Its two statements (one per side) computed every exchange's words twice: a
+    # third of a 10,000-exchange caller's forget (benchmarks/writes.py).
+    db = tmp_path / "memory.db"
+    await memory.open_store(f"sqlite:///{db}").close()  # the schema
+    conn = sqlite3.connect(db, isolation_level=None)
+    sqlite_store.add_functions(conn)
+    texts = 600  # past the words cache's 256 entries
+    for n in range(texts // 2):
+        sqlite_queries.save(
+            conn, make_exchange(n, caller=ALICE, text=f"turn {n}", reply=f"reply {n}")
+        )
+    cache = sqlite_index._indexed_words
+    cache.cache_clear()
+    assert sqlite_queries.forget(conn, ALICE, None, None, None) == texts // 2
+    assert cache.cache_info().misses <= texts + 1  # and the day's words
     conn.close()

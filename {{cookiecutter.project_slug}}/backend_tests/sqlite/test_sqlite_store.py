@@ -1089,3 +1089,49 @@ def test_a_file_of_another_application_without_a_version_is_refused_untouched(tm
     assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["orders"]
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
     conn.close()
+
+
+def test_the_upgrade_inside_open_stays_well_under_livekits_prewarm_timeout():
+    # 20,000 exchanges, the bound before, took 14.4 s to upgrade from schema 3 at
+    # load 11 (benchmarks/upgrade.py): LiveKit kills a process whose prewarm takes
+    # over initialize_process_timeout, rolling the upgrade back in every process.
+    from livekit.agents import WorkerOptions
+
+    timeout = WorkerOptions.initialize_process_timeout
+    slowest = (
+        sqlite_store.UPGRADE_IN_OPEN_ROWS * sqlite_file.UPGRADE_SECONDS_PER_ROW_LOADED
+    )
+    assert slowest <= timeout / 3
+
+
+async def test_memory_admin_upgrade_upgrades_a_big_file_that_open_leaves_for_later(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
+    path = tmp_path / "v3.db"
+    conn = _file_at(path, 3)
+    for n in range(20):
+        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
+    conn.close()
+    with caplog.at_level(logging.WARNING, logger="memory"):
+        store = sqlite_store.SQLiteStore.open(path)
+        await _until_upgraded(store)
+        await store.close()
+    (said,) = [
+        r.getMessage() for r in caplog.records if "upgrading it" in r.getMessage()
+    ]
+    assert "uv run memory_admin.py upgrade" in said
+    path = tmp_path / "v3-again.db"
+    conn = _file_at(path, 3)
+    for n in range(20):
+        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
+    conn.close()
+    monkeypatch.setenv("MEMORY_URL", f"sqlite:///{path}")
+    import memory_admin
+
+    assert await memory_admin.upgrade() == (
+        f"upgraded {path} (20 exchanges) to schema version {sqlite_store.SCHEMA_VERSION}"
+    )
+    version = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
+    assert version == sqlite_store.SCHEMA_VERSION
+    assert "nothing to do" in await memory_admin.upgrade()
