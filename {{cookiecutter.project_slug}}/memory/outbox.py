@@ -44,6 +44,12 @@ KEEP_DELIVERED = 30 * 86400.0
 KEEP_TOMBSTONES = 7 * 86400.0
 """Seconds a forget is remembered, to hide what the service still returns while its
 delete is queued or processed (Mem0 and Zep delete asynchronously)."""
+LATE_WRITES = 120.0
+"""Seconds after a forget that its delete is sent again when a write in its scope was
+tried and not confirmed (a timeout, an answer lost, a worker killed mid-request): a
+service may carry such a write out after the kit gave up on it, and after the first
+delete. The caller's later writes wait for that second delete (deletes and saves of
+one caller stay in order)."""
 MAX_PENDING = 10_000
 """Undelivered rows the outbox holds at most; past it saves fail (ExchangeWriter
 keeps and retries them) and the log says so."""
@@ -268,14 +274,24 @@ class Outbox:
             )
         with self.transaction() as db:
             local = db.execute(
-                f"SELECT id, remote, delivered, lease_until FROM items WHERE {where}",
+                "SELECT id, remote, delivered, lease_until, attempts, version, kind, "
+                f"call_id FROM items WHERE {where}",
                 args,
             ).fetchall()
             count = len({r[0] for r in local} | {i.id for i in also})
-            # what the service may hold: delivered, being delivered, or listed by it
-            gone = {r[0]: json.loads(r[1]) for r in local if r[2] or r[3] > now}
-            for item in also:
-                gone.setdefault(item.id, item.remote)
+            # What the service may hold: delivered, being delivered, tried (its answer
+            # lost or late) or listed by it; every copy listed (two tries each made
+            # one), and the call of an exchange (where a service keeps it).
+            gone = [
+                (r[0], _with_call(json.loads(r[1]), r[6], r[7]))
+                for r in local
+                if r[2] or r[3] > now or r[4]
+            ]
+            gone += [(i.id, _with_call(i.remote, i.kind, i.call_id)) for i in also]
+            distinct = {json.dumps(g, sort_keys=True): g for g in gone}
+            gone = [distinct[k] for k in sorted(distinct)]
+            # a write tried and not confirmed may still be carried out: delete again
+            unsure = any(r[2] < r[5] and (r[3] > now or r[4]) for r in local)
             db.execute(f"DELETE FROM items WHERE {where}", args)
             if not scope:  # the service's ids of the caller (a Zep user) go with it
                 db.execute("DELETE FROM remote_ids WHERE caller_id = ?", (caller_id,))
@@ -290,9 +306,14 @@ class Outbox:
                 ],
             )
             if remote and (gone or not scope):
-                db.execute(
-                    "INSERT INTO deletes (caller_id, everything, items) VALUES (?, ?, ?)",
-                    (caller_id, int(not scope), json.dumps(sorted(gone.items()))),
+                again = [now + LATE_WRITES] if unsure else []
+                db.executemany(
+                    "INSERT INTO deletes (caller_id, everything, items, next_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    [
+                        (caller_id, int(not scope), json.dumps(gone), at)
+                        for at in (0.0, *again)
+                    ],
                 )
         if not self.keeps_record:  # the forgotten words out of the WAL file too
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -304,18 +325,19 @@ class Outbox:
         kind = KIND_OF[what]
         with self.transaction() as db:
             rows = db.execute(
-                "SELECT caller_id, id, remote, delivered FROM items WHERE kind = ? AND at < ?",
-                (kind, before),
+                "SELECT caller_id, id, remote, delivered or attempts or lease_until > ? "
+                "FROM items WHERE kind = ? AND at < ?",
+                (time.time(), kind, before),
             ).fetchall()
             db.execute("DELETE FROM items WHERE kind = ? AND at < ?", (kind, before))
             by_caller: dict[str, list[tuple[str, Any]]] = {}
-            for caller_id, item_id, remote, delivered in rows:
+            for caller_id, item_id, remote, tried in rows:  # the service may have it
                 db.execute(
                     "INSERT INTO tombstones (caller_id, item_id, call_id, before, at) "
                     "VALUES (?, ?, NULL, 0, ?)",
                     (caller_id, item_id, time.time()),
                 )
-                if delivered:
+                if tried:
                     by_caller.setdefault(caller_id, []).append(
                         (item_id, json.loads(remote))
                     )
@@ -504,6 +526,11 @@ class OutboxThreads:
         for executor in (self._readers, self._executor):
             await loop.run_in_executor(None, executor.shutdown, True)
         self.outbox.close()
+
+
+def _with_call(remote: dict[str, Any], kind: str, call_id: str) -> dict[str, Any]:
+    # an exchange's call, for a service that keeps exchanges by call (Zep's threads)
+    return {**remote, "lkm_call": call_id} if kind == "exchange" else remote
 
 
 def _erased_before(db: sqlite3.Connection, caller_id: str) -> float:

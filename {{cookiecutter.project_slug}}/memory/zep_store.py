@@ -256,7 +256,12 @@ class Zep(Service):
         """A forgotten exchange deletes its call's thread; a fact or summary its
         episode. 404 = already gone."""
         graph = await self.user_uuid(caller_id, create=False)
-        for thread in sorted({r["thread"] for _, r in items if r.get("thread")}):
+        threads = {r["thread"] for _, r in items if r.get("thread")}
+        # an exchange whose delivery was not confirmed (Zep may have carried it out
+        # after the kit gave up): its call's thread, as this outbox keeps it
+        for call_id in {r["lkm_call"] for _, r in items if r.get("lkm_call")}:
+            threads.add(await self.ids.get(caller_id, f"thread:{call_id}") or "")
+        for thread in sorted(threads - {""}):
             await self.http.call(
                 "DELETE", path("threads", thread), ok=(404,), timeout=DELIVERY_TIMEOUT
             )

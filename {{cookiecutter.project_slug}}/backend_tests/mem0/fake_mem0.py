@@ -57,6 +57,7 @@ class FakeMem0(FakeService):
     scheme = "mem0"
     key_env = "MEM0_API_KEY"
     auth_scheme = "Token"
+    write_route = ("POST", r"/v3/memories/add/")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

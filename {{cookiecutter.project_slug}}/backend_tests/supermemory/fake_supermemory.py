@@ -74,6 +74,7 @@ class FakeSupermemory(FakeService):
     scheme = "supermemory"
     key_env = "SUPERMEMORY_API_KEY"
     auth_scheme = "Bearer"
+    write_route = ("POST", r"/ns/[^/]+/document")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
