@@ -17,7 +17,7 @@ import pytest
 import memory
 from tests.conftest import call
 from tests.doubles import InMemoryStore, make_exchange
-from tests.scripted_llm import ScriptedLLM
+from tests.scripted_llm import ScriptedLLM, ToolCall
 
 PROJECT = Path(__file__).resolve().parents[1]
 ALICE, BOB = "alice@example.com", "+15550100200"
@@ -271,6 +271,41 @@ async def test_forget_during_a_live_call_reaches_it_so_nothing_said_before_comes
     assert "Dana" not in summaries and "4417" not in summaries
     assert (await store.profile(ALICE)).facts == ()
     assert "said before then are not saved, summarised or extracted" in caplog.text
+
+
+async def test_remember_after_an_erasure_in_another_process_keeps_nothing_said_before_it(
+    store_url, store
+):
+    model = ScriptedLLM(
+        [
+            "Hello!",
+            "Noted.",
+            # the model, after the operator's erasure, saves what was said before it
+            ToolCall("remember", {"kind": "locker code", "value": "4417"}),
+            "Saved it.",
+            ToolCall("remember", {"kind": "locker code", "value": "5521"}),
+            "Saved the new one.",
+        ]
+    )
+    async with call(store, ALICE, model) as (session, live):
+        await session.run(user_input="My locker code is 4417.")
+        await live.flush()
+        forgot = await asyncio.to_thread(admin, store_url, "forget", ALICE, "--yes")
+        assert forgot.returncode == 0, forgot.stderr
+        await session.run(user_input="Please remember my locker code.")
+        await session.run(user_input="It is 5521 now, keep that one.")
+    told = list(  # each request carries the outputs of the ones before it
+        {
+            i.call_id: i.output
+            for r in model.replies
+            for i in r.items
+            if i.type == "function_call_output"
+        }.values()
+    )
+    assert told[0].startswith("Not saved: the caller's memory was erased"), told
+    assert told[1].startswith("Saved"), told
+    facts = (await store.profile(ALICE)).facts
+    assert [(f.kind, f.value) for f in facts] == [("locker_code", "5521")]
 
 
 async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(

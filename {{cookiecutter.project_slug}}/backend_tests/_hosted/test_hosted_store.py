@@ -309,6 +309,8 @@ async def test_a_write_the_service_completes_after_the_forget_is_deleted_again(
         assert key in fake.item_ids()  # the service carried it out after the forget
     assert await gone_from_the_service(store, fake, key), fake.item_ids()
     # and the caller's later words are delivered after that second delete
+    monkeypatch.setattr(hosted_delivery, "DELIVERY_TIMEOUT", 10.0)
+    monkeypatch.setattr(hosted_delivery, "BACKOFF", (0.05, 0.1, 0.2))
     later = make_exchange(5, text="a later exchange", call_id="call-2")
     await store.save(later)
     assert later.key in await delivered(store, fake, {later.key})
