@@ -206,6 +206,15 @@ class Delivery:
                 await asyncio.wait_for(
                     self._service.delete_caller(d["caller_id"]), DELIVERY_TIMEOUT
                 )
+                # and the time of it, for workers that do not share this file
+                mark = getattr(self._service, "mark_erased", None)
+                if mark is not None:
+                    _, marks = await self._io.read(
+                        self._io.outbox.rows, d["caller_id"], ()
+                    )
+                    await asyncio.wait_for(
+                        mark(d["caller_id"], marks.before), DELIVERY_TIMEOUT
+                    )
             else:
                 items = [(i, r) for i, r in d["items"]]
                 await asyncio.wait_for(

@@ -15,6 +15,11 @@ Caller ids -> user ids: Mem0 documents no character or length rule for ``user_id
 [M0-OAS], so ``user_id(caller_id)`` is ``lkmem:`` + the caller id, unchanged:
 deterministic and collision-free, and apart from the organisation's other users.
 
+Erasures: after the caller's user is deleted, one memory of the user
+``erasure_user_id(caller_id)`` records when (metadata only, no words), so workers
+with outboxes of their own learn of the erasure (``erased_at``). It stays there: it
+holds the caller id and the times, nothing said.
+
 Idempotency: Mem0 has no idempotency key and no caller-chosen memory id; a resend
 is stored again [M0-OAS memories_add_v3]. The outbox is the ledger: it keeps each
 item's Mem0 memory id, so a new version is an ``update`` (PUT) of that memory, and
@@ -57,6 +62,12 @@ def open_store(url: str):
 def user_id(caller_id: str) -> str:
     """The caller's Mem0 ``user_id`` (see the module docstring)."""
     return "lkmem:" + caller_id
+
+
+def erasure_user_id(caller_id: str) -> str:
+    """The Mem0 user that holds the times the caller was erased: ``lkmem-erased:`` +
+    the caller id (apart from every ``user_id``, which starts ``lkmem:``)."""
+    return "lkmem-erased:" + caller_id
 
 
 class Mem0(Service):
@@ -177,6 +188,36 @@ class Mem0(Service):
                 ok=(404,),
                 timeout=DELIVERY_TIMEOUT,
             )
+
+    async def mark_erased(self, caller_id: str, before: float) -> None:
+        """``add`` (``infer: false``) of one memory of the user ``erasure_user_id``,
+        with the time as metadata: the caller's own user is being deleted (queued),
+        which would take a mark kept there with it."""
+        body = {
+            "messages": [{"role": "user", "content": "Memory erased."}],
+            "user_id": erasure_user_id(caller_id),
+            "metadata": {"lkm_type": "erasure", "lkm_before": before},
+            "infer": False,
+        }
+        await self.http.call(
+            "POST",
+            path("v3", "memories", "add") + "/",
+            json=body,
+            timeout=DELIVERY_TIMEOUT,
+        )
+
+    async def erased_at(self, caller_id: str) -> float:
+        """``get_all`` of the erasure marks (``mark_erased``); the latest time."""
+        answer = await self.http.call(
+            "POST",
+            path("v3", "memories") + "/",
+            params={"page": 1, "page_size": PAGE_SIZE},
+            json={"filters": {"user_id": erasure_user_id(caller_id)}},
+        )
+        times = [(m.get("metadata") or {}).get("lkm_before") for m in answer["results"]]
+        return max(
+            (float(t) for t in times if isinstance(t, (int, float))), default=0.0
+        )
 
     async def delete_caller(self, caller_id: str) -> None:
         """``delete_users``: DELETE /v2/entities/user/{user_id}/; 200 {message,

@@ -319,6 +319,31 @@ class Outbox:
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return count
 
+    def learn_erasure(self, caller_id: str, before: float) -> None:
+        """Another outbox's worker erased the caller at ``before`` (the service's
+        mark): remember it (a tombstone) and drop this file's rows of the caller
+        from before then, queueing the service's delete of those it may hold."""
+        with self.transaction() as db:
+            rows = db.execute(
+                "SELECT id, remote, kind, call_id FROM items WHERE caller_id = ? "
+                "AND at <= ? AND (delivered OR attempts OR lease_until > ?)",
+                (caller_id, before, time.time()),
+            ).fetchall()
+            db.execute(
+                "DELETE FROM items WHERE caller_id = ? AND at <= ?", (caller_id, before)
+            )
+            db.execute(
+                "INSERT INTO tombstones (caller_id, item_id, call_id, before, at) "
+                "VALUES (?, NULL, NULL, ?, ?)",
+                (caller_id, before, time.time()),
+            )
+            gone = [[r[0], _with_call(json.loads(r[1]), r[2], r[3])] for r in rows]
+            if gone:
+                db.execute(
+                    "INSERT INTO deletes (caller_id, everything, items) VALUES (?, 0, ?)",
+                    (caller_id, json.dumps(gone)),
+                )
+
     def purge(self, what: str, before: float) -> int:
         """Delete every caller's ``what`` older than ``before``, here and (queued) at
         the service; returns how many."""

@@ -64,7 +64,8 @@ class FakeMem0(FakeService):
         self.memories: dict[str, dict[str, Any]] = {}  # memory id -> memory
 
     def item_ids(self) -> list[str]:
-        return [m["metadata"].get("lkm_id") for m in self.memories.values()]
+        found = [m["metadata"].get("lkm_id") for m in self.memories.values()]
+        return [i for i in found if i is not None]  # (an erasure mark is no item)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         if status == 400:
