@@ -27,7 +27,7 @@ a retry after a try whose outcome is unknown (an answer lost, a worker killed)
 first looks the item up by its id in the metadata. A request still in flight at
 Mem0 when that look-up runs can still leave a second memory of the item: forgetting
 deletes every memory with the item's id in its metadata, not only the one the ledger
-kept, and deletes again ``outbox.LATE_WRITES`` later when a write in its scope was not
+kept, and deletes again ``outbox_erase.LATE_WRITES`` later when a write in its scope was not
 confirmed.
 """
 

@@ -20,7 +20,14 @@ import time
 import pytest
 
 import memory
-from memory import hosted, hosted_delivery, hosted_http, outbox, outbox_ledger
+from memory import (
+    hosted,
+    hosted_delivery,
+    hosted_http,
+    outbox,
+    outbox_erase,
+    outbox_ledger,
+)
 from tests.conftest import call
 from tests.doubles import make_exchange
 from tests.scripted_llm import ScriptedLLM
@@ -299,7 +306,7 @@ async def test_a_write_the_service_completes_after_the_forget_is_deleted_again(
         pytest.skip("Zep v4 documents no listing of episodes by metadata")
     monkeypatch.setattr(hosted_delivery, "DELIVERY_TIMEOUT", 0.3)
     monkeypatch.setattr(hosted_delivery, "BACKOFF", (30.0,))  # no retry meanwhile
-    monkeypatch.setattr(outbox, "LATE_WRITES", 1.5, raising=False)
+    monkeypatch.setattr(outbox_erase, "LATE_WRITES", 1.5)
     key, save, scope = _forget_what(what)
     fake.complete_late(1.0)
     started = time.monotonic()
