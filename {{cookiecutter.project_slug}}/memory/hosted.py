@@ -77,6 +77,9 @@ __all__ = [
 
 logger = logging.getLogger("memory.hosted")
 
+MARK_READ_TIMEOUT = 0.4
+"""Seconds ``erased_at`` waits for the service's mark of erasures; then the outbox's."""
+
 
 # -- Caller ids ----------------------------------------------------------------------
 
@@ -273,8 +276,10 @@ class HostedStore:
         cannot be read, the outbox's time alone (logged once)."""
         _, marks = await self._io.read(self._outbox.rows, caller_id, ())
         local = float(marks.before)
-        try:
-            remote = await self.service.erased_at(caller_id)
+        try:  # bounded: the outbox's own time is not lost behind a slow service
+            remote = await asyncio.wait_for(
+                self.service.erased_at(caller_id), MARK_READ_TIMEOUT
+            )
         except (MemoryStoreError, TimeoutError) as exc:
             self._delivery.warn_once(
                 "erased-mark",

@@ -137,9 +137,9 @@ class Delivery:
         async with self._round:
             claim = self._service.claim
             deletes, rows = await self._io.write(self._ledger.claim, claim)
-            for d in deletes:
-                await self._delete(d)
             try:
+                for d in deletes:
+                    await self._delete(d)
                 if self._service.batched:  # one call per caller's batch
                     batches: dict[str, list[Row]] = {}
                     for r in rows:
@@ -150,7 +150,7 @@ class Delivery:
             except asyncio.CancelledError:
                 # A flush's bound ran out mid-round: give the rows back now, not
                 # after LEASE (the target may have them: delivering again is safe).
-                release = self._io.write(self._ledger.release, rows)
+                release = self._io.write(self._ledger.release, rows, deletes)
                 self._released = asyncio.ensure_future(release)
                 self._released.add_done_callback(_quiet)
                 raise

@@ -111,7 +111,7 @@ async def remember(
             mask_sensitive(str(kind or "")),
             mask_sensitive(str(value or "")),
         )
-    if await call.erasure.said_before(value, WRITE_TIMEOUT / 4):
+    if await call.erasure.said_before(value, WRITE_TIMEOUT / 2):
         # another process forgot the caller meanwhile (an operator, another call)
         return (
             "Not saved: the caller's memory was erased during this call, and this "
