@@ -136,7 +136,12 @@ class Delivery:
             self._round, self._round_loop = asyncio.Lock(), loop
         async with self._round:
             claim = self._service.claim
-            deletes, rows = await self._io.write(self._ledger.claim, claim)
+            claiming = asyncio.ensure_future(self._io.write(self._ledger.claim, claim))
+            try:  # a bound that runs out during the claim: give its leases back
+                deletes, rows = await asyncio.shield(claiming)
+            except asyncio.CancelledError:
+                claiming.add_done_callback(self._give_back)
+                raise
             try:
                 for d in deletes:
                     await self._delete(d)
@@ -155,6 +160,16 @@ class Delivery:
                 self._released.add_done_callback(_quiet)
                 raise
         return bool(deletes or rows)
+
+    def _give_back(self, claimed: asyncio.Future[Any]) -> None:
+        # the claim of a round cut short, done after all: release it, not after LEASE
+        if claimed.cancelled() or claimed.exception() is not None:
+            return
+        deletes, rows = claimed.result()
+        self._released = asyncio.ensure_future(
+            self._io.write(self._ledger.release, rows, deletes)
+        )
+        self._released.add_done_callback(_quiet)
 
     async def _put_all(self, rows: list[Row]) -> None:
         try:

@@ -441,6 +441,28 @@ async def test_429_pauses_every_call_for_retry_after_and_delivery_resumes(store,
     assert later and all(at >= window_end - 0.05 for at in later), (window_end, later)
 
 
+async def test_a_delivery_cut_short_while_it_claims_gives_its_rows_back_at_once(
+    store, fake, monkeypatch
+):
+    # A flush's bound (a call's close) can run out while the outbox leases the rows
+    # to deliver: they are given back then, not held for the 30 s lease.
+    exchange = make_exchange(1, text="claimed, then cut short")
+    slow_claim = outbox_ledger.Ledger.claim
+
+    def claim(self, limit):
+        time.sleep(0.3)
+        return slow_claim(self, limit)
+
+    monkeypatch.setattr(outbox_ledger.Ledger, "claim", claim)
+    await store.save(exchange)
+    store._delivery.stop()  # only this round delivers
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(store._delivery.deliver_once(), 0.1)
+    monkeypatch.setattr(outbox_ledger.Ledger, "claim", slow_claim)
+    await asyncio.sleep(0.5)  # the claim is done, in its thread
+    assert await delivered(store, fake, {exchange.key}, timeout=5) == [exchange.key]
+
+
 async def test_no_requests_left_means_waiting_for_the_reset_without_calling(
     store, fake
 ):
