@@ -37,7 +37,7 @@ stores import only the modules below the store interface):
   ``postgres_schema``: what a URL names and the upgrade, ``postgres_migrations``:
   each version's step, ``postgres_search``, ``postgres_admin``: the operator's
   command), and over HTTP ``hosted`` (+ ``hosted_http``, ``hosted_delivery``,
-  ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``) with
+  ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``, ``outbox_erase``) with
   ``supermemory_store``, ``mem0_store``, ``zep_store``; ``spool`` (what a call saves
   is on the worker's disk first: the outbox and its delivery, for the SQLite and
   PostgreSQL stores; a hosted store's outbox is its spool).

@@ -60,6 +60,7 @@ class ErasureCheck:
         # what the call's fact extraction writes through (it uses only remember)
         call.extraction.store = cast("MemoryStore", self)
         self.applied = 0.0  # the erasure time already applied to this call
+        self.since = time.time()  # the call's start: a later erasure is during it
         self.facts: list[tuple[str, str | None]] = []  # (kind, value) forgotten here
         self.words: list[str] = []  # their values, redacted wherever they were said
         self._checked: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
@@ -121,6 +122,20 @@ class ErasureCheck:
         if self.forgotten(fact):
             raise ErasedError("not saved: the caller had this fact forgotten")
         return await self.call.store.remember(caller_id, fact, timeout=timeout)
+
+    async def said_before(self, value: str, timeout: float) -> bool:
+        """Whether the caller was forgotten during this call (read now, ``apply``,
+        within ``timeout`` seconds) and ``value`` is in none of the turns said since:
+        the model asking to ``remember`` words from before the erasure. False when
+        the store could not say (``apply`` logs it)."""
+        await self.apply(timeout)
+        if self.applied <= self.since:
+            return False
+        held = self.call.pairing.turns
+        texts = [t.user_text for t in held] + [r.text for t in held for r in t.replies]
+        heard, at = self.call.recaller.heard  # the turn being answered, if since
+        texts += [heard] if at > self.applied else []
+        return all(redact(text, [value]) == text for text in texts)
 
     def forgotten(self, fact: Fact) -> bool:
         """Whether ``fact`` is one the caller had forgotten during this call."""

@@ -77,6 +77,9 @@ __all__ = [
 
 logger = logging.getLogger("memory.hosted")
 
+MARK_READ_TIMEOUT = 0.4
+"""Seconds ``erased_at`` waits for the service's mark of erasures; then the outbox's."""
+
 
 # -- Caller ids ----------------------------------------------------------------------
 
@@ -157,6 +160,16 @@ class Service:
     async def delete_caller(self, caller_id: str) -> None:
         """Delete everything of the caller at the service."""
         raise NotImplementedError
+
+    async def mark_erased(self, caller_id: str, before: float) -> None:
+        """Record at the service that everything of the caller from before ``before``
+        (seconds since the epoch) was erased, for workers with outboxes of their
+        own (``erased_at``); called once ``delete_caller`` is done. A service with
+        no place for such a mark does nothing (its docstring says so)."""
+
+    async def erased_at(self, caller_id: str) -> float:
+        """The latest ``mark_erased`` time of the caller at the service (0.0: none)."""
+        return 0.0
 
 
 class RemoteIds:
@@ -255,11 +268,30 @@ class HostedStore:
         self._delivery.kick()
 
     async def erased_at(self, caller_id: str) -> float:
-        """From the outbox's tombstones: what the worker processes sharing this
-        outbox file forgot (kept ``KEEP_TOMBSTONES``); the services record no time
-        of a forget that other machines could read."""
+        """The later of this outbox's tombstones (what the worker processes sharing
+        this outbox file forgot, kept ``KEEP_TOMBSTONES``) and the service's mark
+        (``Service.mark_erased``: what a worker with another outbox forgot). A mark
+        newer than the outbox knew is recorded in it: its rows from before then are
+        dropped, and deleted at the service if they may be there. When the service
+        cannot be read, the outbox's time alone (logged once)."""
         _, marks = await self._io.read(self._outbox.rows, caller_id, ())
-        return float(marks.before)
+        local = float(marks.before)
+        try:  # bounded: the outbox's own time is not lost behind a slow service
+            remote = await asyncio.wait_for(
+                self.service.erased_at(caller_id), MARK_READ_TIMEOUT
+            )
+        except (MemoryStoreError, TimeoutError) as exc:
+            self._delivery.warn_once(
+                "erased-mark",
+                "could not read %s's mark of erasures: %r",
+                self.service.name,
+                exc,
+            )
+            return local
+        if remote > local:
+            await self._io.write(self._outbox.learn_erasure, caller_id, remote)
+            self._delivery.kick()
+        return max(local, remote)
 
     async def remember(
         self, caller_id: str, fact: Fact, *, timeout: float = WRITE_TIMEOUT

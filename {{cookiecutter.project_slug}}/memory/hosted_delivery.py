@@ -136,10 +136,15 @@ class Delivery:
             self._round, self._round_loop = asyncio.Lock(), loop
         async with self._round:
             claim = self._service.claim
-            deletes, rows = await self._io.write(self._ledger.claim, claim)
-            for d in deletes:
-                await self._delete(d)
+            claiming = asyncio.ensure_future(self._io.write(self._ledger.claim, claim))
+            try:  # a bound that runs out during the claim: give its leases back
+                deletes, rows = await asyncio.shield(claiming)
+            except asyncio.CancelledError:
+                claiming.add_done_callback(self._give_back)
+                raise
             try:
+                for d in deletes:
+                    await self._delete(d)
                 if self._service.batched:  # one call per caller's batch
                     batches: dict[str, list[Row]] = {}
                     for r in rows:
@@ -150,11 +155,21 @@ class Delivery:
             except asyncio.CancelledError:
                 # A flush's bound ran out mid-round: give the rows back now, not
                 # after LEASE (the target may have them: delivering again is safe).
-                release = self._io.write(self._ledger.release, rows)
+                release = self._io.write(self._ledger.release, rows, deletes)
                 self._released = asyncio.ensure_future(release)
                 self._released.add_done_callback(_quiet)
                 raise
         return bool(deletes or rows)
+
+    def _give_back(self, claimed: asyncio.Future[Any]) -> None:
+        # the claim of a round cut short, done after all: release it, not after LEASE
+        if claimed.cancelled() or claimed.exception() is not None:
+            return
+        deletes, rows = claimed.result()
+        self._released = asyncio.ensure_future(
+            self._io.write(self._ledger.release, rows, deletes)
+        )
+        self._released.add_done_callback(_quiet)
 
     async def _put_all(self, rows: list[Row]) -> None:
         try:
@@ -206,6 +221,15 @@ class Delivery:
                 await asyncio.wait_for(
                     self._service.delete_caller(d["caller_id"]), DELIVERY_TIMEOUT
                 )
+                # and the time of it, for workers that do not share this file
+                mark = getattr(self._service, "mark_erased", None)
+                if mark is not None:
+                    _, marks = await self._io.read(
+                        self._io.outbox.rows, d["caller_id"], ()
+                    )
+                    await asyncio.wait_for(
+                        mark(d["caller_id"], marks.before), DELIVERY_TIMEOUT
+                    )
             else:
                 items = [(i, r) for i, r in d["items"]]
                 await asyncio.wait_for(

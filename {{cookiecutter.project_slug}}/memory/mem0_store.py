@@ -15,12 +15,20 @@ Caller ids -> user ids: Mem0 documents no character or length rule for ``user_id
 [M0-OAS], so ``user_id(caller_id)`` is ``lkmem:`` + the caller id, unchanged:
 deterministic and collision-free, and apart from the organisation's other users.
 
+Erasures: after the caller's user is deleted, one memory of the user
+``erasure_user_id(caller_id)`` records when (metadata only, no words), so workers
+with outboxes of their own learn of the erasure (``erased_at``). It stays there: it
+holds the caller id and the times, nothing said.
+
 Idempotency: Mem0 has no idempotency key and no caller-chosen memory id; a resend
 is stored again [M0-OAS memories_add_v3]. The outbox is the ledger: it keeps each
 item's Mem0 memory id, so a new version is an ``update`` (PUT) of that memory, and
 a retry after a try whose outcome is unknown (an answer lost, a worker killed)
-first looks the item up by its id in the metadata. Not covered: a request still in
-flight at Mem0 when that look-up runs (the window is one request timeout).
+first looks the item up by its id in the metadata. A request still in flight at
+Mem0 when that look-up runs can still leave a second memory of the item: forgetting
+deletes every memory with the item's id in its metadata, not only the one the ledger
+kept, and deletes again ``outbox_erase.LATE_WRITES`` later when a write in its scope was not
+confirmed.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ PAGE_SIZE = 200
 """Memories per list request (the API's maximum [M0-OAS])."""
 MAX_PAGES = 10
 """List pages read at most per request (2,000 memories per caller)."""
+KEYS_PER_LOOKUP = 50
+"""Item ids (``lkm_id``) one ``get_all`` looks up when deleting their copies."""
 
 
 def open_store(url: str):
@@ -52,6 +62,12 @@ def open_store(url: str):
 def user_id(caller_id: str) -> str:
     """The caller's Mem0 ``user_id`` (see the module docstring)."""
     return "lkmem:" + caller_id
+
+
+def erasure_user_id(caller_id: str) -> str:
+    """The Mem0 user that holds the times the caller was erased: ``lkmem-erased:`` +
+    the caller id (apart from every ``user_id``, which starts ``lkmem:``)."""
+    return "lkmem-erased:" + caller_id
 
 
 class Mem0(Service):
@@ -155,21 +171,53 @@ class Mem0(Service):
     async def delete(
         self, caller_id: str, items: list[tuple[str, dict[str, Any]]]
     ) -> None:
-        """``delete``: DELETE /v1/memories/{id}/ for each; 404 = already gone."""
-        for item_id, remote in items:
-            memory_id = remote.get("memory_id")
-            if memory_id is None:
-                found = await self.get_all(
-                    caller_id, {"metadata": {"lkm_id": item_id}}, pages=1
-                )
-                memory_id = found[0]["id"] if found else None
-            if memory_id is not None:
-                await self.http.call(
-                    "DELETE",
-                    path("v1", "memories", memory_id) + "/",
-                    ok=(404,),
-                    timeout=DELIVERY_TIMEOUT,
-                )
+        """``delete``: DELETE /v1/memories/{id}/ for every copy of each item: the
+        memory ids the ledger kept and every memory whose metadata has the item's
+        ``lkm_id`` (``get_all``; a retry after a write Mem0 carried out late leaves
+        a second memory); 404 = already gone."""
+        memory_ids = {r["memory_id"] for _, r in items if r.get("memory_id")}
+        wanted = sorted({item_id for item_id, _ in items})
+        for start in range(0, len(wanted), KEYS_PER_LOOKUP):
+            keys = wanted[start : start + KEYS_PER_LOOKUP]
+            copies = {"OR": [{"metadata": {"lkm_id": k}} for k in keys]}
+            memory_ids |= {m["id"] for m in await self.get_all(caller_id, copies)}
+        for memory_id in sorted(memory_ids):
+            await self.http.call(
+                "DELETE",
+                path("v1", "memories", memory_id) + "/",
+                ok=(404,),
+                timeout=DELIVERY_TIMEOUT,
+            )
+
+    async def mark_erased(self, caller_id: str, before: float) -> None:
+        """``add`` (``infer: false``) of one memory of the user ``erasure_user_id``,
+        with the time as metadata: the caller's own user is being deleted (queued),
+        which would take a mark kept there with it."""
+        body = {
+            "messages": [{"role": "user", "content": "Memory erased."}],
+            "user_id": erasure_user_id(caller_id),
+            "metadata": {"lkm_type": "erasure", "lkm_before": before},
+            "infer": False,
+        }
+        await self.http.call(
+            "POST",
+            path("v3", "memories", "add") + "/",
+            json=body,
+            timeout=DELIVERY_TIMEOUT,
+        )
+
+    async def erased_at(self, caller_id: str) -> float:
+        """``get_all`` of the erasure marks (``mark_erased``); the latest time."""
+        answer = await self.http.call(
+            "POST",
+            path("v3", "memories") + "/",
+            params={"page": 1, "page_size": PAGE_SIZE},
+            json={"filters": {"user_id": erasure_user_id(caller_id)}},
+        )
+        times = [(m.get("metadata") or {}).get("lkm_before") for m in answer["results"]]
+        return max(
+            (float(t) for t in times if isinstance(t, (int, float))), default=0.0
+        )
 
     async def delete_caller(self, caller_id: str) -> None:
         """``delete_users``: DELETE /v2/entities/user/{user_id}/; 200 {message,

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from . import outbox_erase
 from .errors import FAIL_OPEN, StoreUnavailableError
 from .outbox_items import KIND_OF, Item, Row, Tombstones
 
@@ -206,7 +207,8 @@ class Outbox:
                     "the service has not accepted writes for a while"
                 )
             callers = {i.caller_id for i in items if i.kind == "exchange"}
-            erased = {c: _erased_before(db, c) for c in callers}  # once per caller
+            # each caller's erasure time, read once per batch
+            erased = {c: outbox_erase.erased_before(db, c) for c in callers}
             for item in items:
                 if item.kind == "exchange" and item.at <= erased[item.caller_id]:
                     continue  # said before its caller was forgotten: a late save
@@ -239,92 +241,9 @@ class Outbox:
             ),
         )
 
-    def forget(
-        self,
-        caller_id: str,
-        scope: dict[str, Any],
-        also: list[Item],
-        deadline: float,
-        remote: bool = True,
-    ) -> int:
-        """Delete the items in ``scope`` ({"items": [id, ...]} | {"call": call id} | {}
-        for everything) and ``also`` (what the service listed in that scope), remember
-        the forget (tombstone) and, with ``remote``, queue the service's delete (a
-        local store forgets itself: spool.py). Undelivered items are never delivered
-        now. Returns how many distinct items were forgotten."""
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                "the forget was not started in time; nothing was forgotten"
-            )
-        now = time.time()
-        where, args = "caller_id = ?", [caller_id]
-        if "items" in scope:
-            marks = ",".join("?" * len(scope["items"])) or "NULL"
-            where, args = where + f" AND id IN ({marks})", [*args, *scope["items"]]
-        elif "call" in scope:
-            where, args = (
-                where + " AND call_id = ? AND kind != 'fact'",
-                [*args, scope["call"]],
-            )
-        with self.transaction() as db:
-            local = db.execute(
-                f"SELECT id, remote, delivered, lease_until FROM items WHERE {where}",
-                args,
-            ).fetchall()
-            count = len({r[0] for r in local} | {i.id for i in also})
-            # what the service may hold: delivered, being delivered, or listed by it
-            gone = {r[0]: json.loads(r[1]) for r in local if r[2] or r[3] > now}
-            for item in also:
-                gone.setdefault(item.id, item.remote)
-            db.execute(f"DELETE FROM items WHERE {where}", args)
-            if not scope:  # the service's ids of the caller (a Zep user) go with it
-                db.execute("DELETE FROM remote_ids WHERE caller_id = ?", (caller_id,))
-            # one tombstone per forgotten item, or one for the call or the caller
-            ids: list[str | None] = [*scope.get("items", [])] or [None]
-            db.executemany(
-                "INSERT INTO tombstones (caller_id, item_id, call_id, before, at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [
-                    (caller_id, i, scope.get("call"), 0.0 if scope else now, now)
-                    for i in ids
-                ],
-            )
-            if remote and (gone or not scope):
-                db.execute(
-                    "INSERT INTO deletes (caller_id, everything, items) VALUES (?, ?, ?)",
-                    (caller_id, int(not scope), json.dumps(sorted(gone.items()))),
-                )
-        if not self.keeps_record:  # the forgotten words out of the WAL file too
-            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return count
-
-    def purge(self, what: str, before: float) -> int:
-        """Delete every caller's ``what`` older than ``before``, here and (queued) at
-        the service; returns how many."""
-        kind = KIND_OF[what]
-        with self.transaction() as db:
-            rows = db.execute(
-                "SELECT caller_id, id, remote, delivered FROM items WHERE kind = ? AND at < ?",
-                (kind, before),
-            ).fetchall()
-            db.execute("DELETE FROM items WHERE kind = ? AND at < ?", (kind, before))
-            by_caller: dict[str, list[tuple[str, Any]]] = {}
-            for caller_id, item_id, remote, delivered in rows:
-                db.execute(
-                    "INSERT INTO tombstones (caller_id, item_id, call_id, before, at) "
-                    "VALUES (?, ?, NULL, 0, ?)",
-                    (caller_id, item_id, time.time()),
-                )
-                if delivered:
-                    by_caller.setdefault(caller_id, []).append(
-                        (item_id, json.loads(remote))
-                    )
-            for caller_id, items in by_caller.items():
-                db.execute(
-                    "INSERT INTO deletes (caller_id, everything, items) VALUES (?, 0, ?)",
-                    (caller_id, json.dumps(items)),
-                )
-        return len(rows)
+    forget = outbox_erase.forget
+    learn_erasure = outbox_erase.learn_erasure
+    purge = outbox_erase.purge
 
     # -- reads --
 
@@ -504,11 +423,3 @@ class OutboxThreads:
         for executor in (self._readers, self._executor):
             await loop.run_in_executor(None, executor.shutdown, True)
         self.outbox.close()
-
-
-def _erased_before(db: sqlite3.Connection, caller_id: str) -> float:
-    # what this outbox's tombstones say was forgotten of the caller, up to when
-    found = db.execute(
-        "SELECT max(before) FROM tombstones WHERE caller_id = ?", (caller_id,)
-    ).fetchone()[0]
-    return float(found or 0.0)

@@ -128,10 +128,14 @@ QUERIES = {
     "summary": "INSERT INTO {s}.summaries VALUES (%(t)s, %(c)s, %(call)s, %(v)s, %(at)s)"
     " ON CONFLICT (tenant, caller_id, call_id) DO UPDATE SET text = excluded.text",
     # a data-modifying WITH put before a DELETE, so its row count stays the DELETE's
-    "mark erased": "WITH mark AS (INSERT INTO {s}.erasures VALUES (%(t)s, %(c)s, %(at)s)"
+    # a forget's time is the server's clock (at NULL), so workers on machines whose
+    # clocks differ compare their calls' turns with one clock (``erased_at``)
+    "mark erased": "WITH mark AS (INSERT INTO {s}.erasures VALUES (%(t)s, %(c)s,"
+    " coalesce(%(at)s::double precision, extract(epoch FROM clock_timestamp())))"
     " ON CONFLICT (tenant, caller_id) DO UPDATE"
     " SET erased_at = greatest(erasures.erased_at, excluded.erased_at)) ",
-    "erased at": "SELECT max(erased_at) FROM {s}.erasures WHERE tenant = %(t)s"
+    "erased at": "SELECT max(erased_at), extract(epoch FROM clock_timestamp())"
+    " FROM {s}.erasures WHERE tenant = %(t)s"
     " AND caller_id IN (%(c)s, '')",
     "callers": "SELECT caller_id FROM {s}.exchanges WHERE tenant = %(t)s"
     " UNION SELECT caller_id FROM {s}.facts WHERE tenant = %(t)s"
@@ -255,7 +259,7 @@ class PostgresStore:
             tables, only = ["summaries", "exchanges"], " AND call_id = %(call)s"
         else:
             tables, only = list(TABLES), ""
-        args = {"kind": kind, "call": call_id, "at": time.time()}
+        args = {"kind": kind, "call": call_id, "at": None}  # None: the server's now
         where = f"WHERE tenant = %(t)s AND caller_id = %(c)s{only}"
         deletes = [
             (f"DELETE FROM {self.target.schema}.{t} {where}", args) for t in tables
@@ -278,8 +282,13 @@ class PostgresStore:
         )
 
     async def erased_at(self, caller_id: str) -> float:
+        """The caller's last erasure, marked by the server's clock, told by this
+        process's: shifted by how far this machine's clock is from the server's (as
+        measured by this query, to within its round trip)."""
         (row,) = await self._fetch(self._sql["erased at"], {"c": caller_id})
-        return float(row[0] or 0.0)
+        if row[0] is None:
+            return 0.0
+        return float(row[0]) + (time.time() - float(row[1]))
 
     # -- reads --
 

@@ -62,6 +62,9 @@ class Recaller:
         self.masking = True
         self.profile: Recall | None = None
         self.recalls = 0  # store recalls started (one per user turn, for tests/metrics)
+        # the caller's latest words a reply was asked for, and when (erasure.py: the
+        # turn a tool call answers may not be captured yet)
+        self.heard: tuple[str, float] = ("", 0.0)
         self._recall_tasks: dict[tuple[int | None, str], asyncio.Task[Recall]] = {}
         self._probe: asyncio.Task[Recall] | None = None  # a recall no reply waits for
         self._inflight: asyncio.Task[Recall] | None = None  # the latest store recall
@@ -132,6 +135,7 @@ class Recaller:
         """The memory block for a reply to ``user_text``, within the budget. With
         ``turn`` the store recall is shared by every request of that turn."""
         user_text = user_text[-MAX_QUERY_CHARS:]  # bounded before any pass over it
+        self.heard = (user_text, time.time())
         recall = await self.recall_in_time(user_text, turn)
         if recall is None:
             return await self.render(self.profile, partial=True)

@@ -18,6 +18,10 @@ that would pass 100 characters (``hosted.service_id``): deterministic, and two
 callers never share a namespace. The prefix keeps the kit's namespaces apart from
 any others in the same Supermemory organisation.
 
+Erasures: once the namespace is deleted, a document with the erasure's time (and
+no words) is written in it, so workers with outboxes of their own learn of the
+erasure (``erased_at``) and drop what their live calls and outboxes hold from before.
+
 Idempotency: the document ``id`` is the item's id (the exchange key; ``fact-<kind
 hash>``; ``summary-<call hash>``), Supermemory's upsert key [SM-OAS5]: a resend is
 a no-op, a new version replaces the content.
@@ -155,6 +159,38 @@ class Supermemory(Service):
                 raise ServiceUnavailableError(
                     f"Supermemory could not delete {len(errors)} document(s): {errors[:3]}"
                 )
+
+    async def mark_erased(self, caller_id: str, before: float) -> None:
+        """``add`` of a document ``lkm-erasure-<ms>`` in the (emptied) namespace, with
+        the time as metadata: no words of the caller's, only that and when."""
+        body = {
+            "content": "A record of when this caller's memory was erased.",
+            "id": f"lkm-erasure-{int(before * 1000)}",
+            "metadata": {"lkm_type": "erasure", "lkm_before": before},
+        }
+        await self.http.call(
+            "POST",
+            path("ns", namespace(caller_id), "document"),
+            json=body,
+            timeout=DELIVERY_TIMEOUT,
+        )
+
+    async def erased_at(self, caller_id: str) -> float:
+        """``list`` of the namespace's erasure documents (newest first)."""
+        answer = await self.http.call(
+            "POST",
+            path("ns", namespace(caller_id), "list", "documents"),
+            params={"page": 1, "limit": PAGE, "sort": "createdAt", "order": "desc"},
+            json={"filter": kind_filter(("erasure",))},
+            ok=(404,),
+        )
+        times = [
+            d.get("metadata", {}).get("lkm_before")
+            for d in (answer or {}).get("documents", [])
+        ]
+        return max(
+            (float(t) for t in times if isinstance(t, (int, float))), default=0.0
+        )
 
     async def delete_caller(self, caller_id: str) -> None:
         """``namespaces.delete``: DELETE /ns/{ns} (no ``moveTo``: permanent). 200

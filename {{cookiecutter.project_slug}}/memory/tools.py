@@ -15,7 +15,7 @@ from .block import remembered_sentence
 from .erasure import forget_fact_words
 from .errors import FAIL_OPEN, InvalidFactError
 from .facts import Fact, fact_label, kind_takes_many, matching_facts, normalise_fact
-from .limits import MAX_FACT_KIND_CHARS, MAX_FACT_VALUE_CHARS
+from .limits import MAX_FACT_KIND_CHARS, MAX_FACT_VALUE_CHARS, WRITE_TIMEOUT
 from .privacy import mask_sensitive
 
 if TYPE_CHECKING:
@@ -110,6 +110,12 @@ async def remember(
         kind, value = (
             mask_sensitive(str(kind or "")),
             mask_sensitive(str(value or "")),
+        )
+    if await call.erasure.said_before(value, WRITE_TIMEOUT / 2):
+        # another process forgot the caller meanwhile (an operator, another call)
+        return (
+            "Not saved: the caller's memory was erased during this call, and this "
+            "was said before that; it is kept only if the caller says it again."
         )
     try:
         done = await call.store.remember(call.caller_id, Fact.of(kind, value))

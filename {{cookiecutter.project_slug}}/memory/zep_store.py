@@ -22,6 +22,12 @@ Idempotency: every create and add sends an ``Idempotency-Key`` derived from the 
 outbox also remembers which messages of an exchange Zep already has, and sends
 only the new ones (a reply that arrives after its turn was delivered).
 
+Erasures: no mark of one is kept at Zep (``Service.mark_erased`` does nothing): v4
+documents no place to keep and read back a time once the user is deleted (user
+metadata is not documented in lookups), so an erasure reaches only the worker
+processes that share the outbox file; another machine's live call learns of it only
+when Zep's delete has emptied what recall reads.
+
 Not in v4's documented routes (used by analogy with v3's ``DELETE /threads/{id}``
 and ``DELETE /graph/episodes/{uuid}``, unverified): deleting a thread (forgetting a
 call; Zep cannot delete one message, so forgetting one exchange deletes its call's
@@ -256,7 +262,12 @@ class Zep(Service):
         """A forgotten exchange deletes its call's thread; a fact or summary its
         episode. 404 = already gone."""
         graph = await self.user_uuid(caller_id, create=False)
-        for thread in sorted({r["thread"] for _, r in items if r.get("thread")}):
+        threads = {r["thread"] for _, r in items if r.get("thread")}
+        # an exchange whose delivery was not confirmed (Zep may have carried it out
+        # after the kit gave up): its call's thread, as this outbox keeps it
+        for call_id in {r["lkm_call"] for _, r in items if r.get("lkm_call")}:
+            threads.add(await self.ids.get(caller_id, f"thread:{call_id}") or "")
+        for thread in sorted(threads - {""}):
             await self.http.call(
                 "DELETE", path("threads", thread), ok=(404,), timeout=DELIVERY_TIMEOUT
             )

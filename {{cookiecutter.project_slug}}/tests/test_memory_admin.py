@@ -17,7 +17,7 @@ import pytest
 import memory
 from tests.conftest import call
 from tests.doubles import InMemoryStore, make_exchange
-from tests.scripted_llm import ScriptedLLM
+from tests.scripted_llm import ScriptedLLM, ToolCall
 
 PROJECT = Path(__file__).resolve().parents[1]
 ALICE, BOB = "alice@example.com", "+15550100200"
@@ -314,6 +314,81 @@ async def test_forget_during_a_live_call_reaches_it_so_nothing_said_before_comes
     assert "Dana" not in summaries and "4417" not in summaries
     assert (await store.profile(ALICE)).facts == ()
     assert "said before then are not saved, summarised or extracted" in caplog.text
+
+
+def admin_with_clock_behind(store_url: str, seconds: float, *args: str):
+    """``admin`` on a machine whose clock is ``seconds`` behind this one's."""
+    code = (
+        "import runpy, sys, time\n"
+        f"real = time.time\ntime.time = lambda: real() - {seconds}\n"
+        f"sys.argv = ['memory_admin.py', *{list(args)!r}]\n"
+        "runpy.run_path('memory_admin.py', run_name='__main__')\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=PROJECT,
+        env={**os.environ, "MEMORY_URL": store_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_an_erasure_from_a_machine_whose_clock_is_behind_reaches_the_live_call(
+    store_url, store
+):
+    # Workers on several machines share a PostgreSQL server; the operator's machine
+    # runs a minute behind the worker's. The erasure is timed by the server's clock.
+    if not store_url.startswith("postgres"):
+        pytest.skip("one machine, one clock: only a server is shared across machines")
+    model = ScriptedLLM(["Hello!", "Noted, Dana.", "We close at six."])
+    async with call(store, ALICE, model) as (session, live):
+        await session.run(user_input="I'm Dana, my locker code is 4417.")
+        await live.flush()
+        forgot = await asyncio.to_thread(
+            admin_with_clock_behind, store_url, 60.0, "forget", ALICE, "--yes"
+        )
+        assert forgot.returncode == 0, forgot.stderr
+        await session.run(user_input="What time do you close?")
+    said = [e.user_text for e in await store.exchanges(ALICE)]
+    assert said == ["What time do you close?"]
+    summaries = " ".join(s.text for s in await store.summaries(ALICE))
+    assert "Dana" not in summaries and "4417" not in summaries
+
+
+async def test_remember_after_an_erasure_in_another_process_keeps_nothing_said_before_it(
+    store_url, store
+):
+    model = ScriptedLLM(
+        [
+            "Hello!",
+            "Noted.",
+            # the model, after the operator's erasure, saves what was said before it
+            ToolCall("remember", {"kind": "locker code", "value": "4417"}),
+            "Saved it.",
+            ToolCall("remember", {"kind": "locker code", "value": "5521"}),
+            "Saved the new one.",
+        ]
+    )
+    async with call(store, ALICE, model) as (session, live):
+        await session.run(user_input="My locker code is 4417.")
+        await live.flush()
+        forgot = await asyncio.to_thread(admin, store_url, "forget", ALICE, "--yes")
+        assert forgot.returncode == 0, forgot.stderr
+        await session.run(user_input="Please remember my locker code.")
+        await session.run(user_input="It is 5521 now, keep that one.")
+    told = list(  # each request carries the outputs of the ones before it
+        {
+            i.call_id: i.output
+            for r in model.replies
+            for i in r.items
+            if i.type == "function_call_output"
+        }.values()
+    )
+    assert told[0].startswith("Not saved: the caller's memory was erased"), told
+    assert told[1].startswith("Saved"), told
+    facts = (await store.profile(ALICE)).facts
+    assert [(f.kind, f.value) for f in facts] == [("locker_code", "5521")]
 
 
 async def test_purge_deletes_by_age_from_the_settings_or_the_command_line(

@@ -15,6 +15,8 @@ tests need to steer:
   (Zep's documented set [ZEP-DOCS rate-limits]);
 - faults: ``fail(status, times)``, ``lose_answers(times)`` (the request is carried
   out, the answer is a 502: what a retry must not double), ``stall(seconds, times)``,
+  ``complete_late(seconds, times)`` (the service's write ``write_route`` is carried out
+  ``seconds`` later, after the client gave up on its answer: a retry may come first),
   ``down()`` / ``up()`` (connection refused);
 - ``requests``: every request seen (method, path, JSON body, headers, time, status);
 - ``item_ids()``: the kit's items the service holds, once per copy (doubles show).
@@ -87,12 +89,14 @@ class FakeService:
     key_env = ""
     auth_scheme = ""
     base_path = ""
+    write_route = ("POST", "")  # (method, path regex) of the service's item write
 
     def __init__(self, *, lag: float = 0.0) -> None:
         self.lag = lag
         self.requests: list[dict[str, Any]] = []
         self.port = 0
-        self._faults: list[tuple[Any, int]] = []  # (status or ("stall", s), times left)
+        # (status or ("stall" | "late", s), times left)
+        self._faults: list[tuple[Any, int]] = []
         self._limit: int | None = None
         self._window = (0.0, 0)  # (window start, requests in it)
         self._thread: threading.Thread | None = None
@@ -117,6 +121,12 @@ class FakeService:
     def stall(self, seconds: float, times: int = 1) -> None:
         """Hold the next ``times`` requests ``seconds`` before answering."""
         self._faults.append((("stall", seconds), times))
+
+    def complete_late(self, seconds: float, times: int = 1) -> None:
+        """Carry out the next ``times`` item writes (``write_route``) ``seconds`` after
+        they arrive, whether or not the client still waits for the answer (a service
+        that completes a write after the client's timeout)."""
+        self._faults.append((("late", seconds), times))
 
     def heal(self) -> None:
         """Drop the faults still to come."""
@@ -181,13 +191,20 @@ class FakeService:
 
     async def _answer(self, request: web.Request, handler: Any) -> web.StreamResponse:
         lose = False
+        method, route = self.write_route
+        writes = request.method == method and re.fullmatch(route, request.path)
         for n, (fault, times) in enumerate(self._faults):
-            if times > 0:
+            late = isinstance(fault, tuple) and fault[0] == "late"
+            if times > 0 and (writes or not late):
                 self._faults[n] = (fault, times - 1)
                 if not isinstance(fault, tuple):
                     return self.error(fault, f"injected {fault}")
                 if fault[0] == "lose":
                     lose = True
+                elif late:  # shielded: the client giving up does not cancel it
+                    return await asyncio.shield(
+                        asyncio.ensure_future(self._late(fault[1], request, handler))
+                    )
                 else:
                     await asyncio.sleep(fault[1])
                 break
@@ -201,6 +218,12 @@ class FakeService:
             return web.Response(status=502, text="Bad Gateway")
         answer.headers.update(headers)
         return answer
+
+    async def _late(
+        self, seconds: float, request: web.Request, handler: Any
+    ) -> web.StreamResponse:
+        await asyncio.sleep(seconds)
+        return await handler(request)
 
     def _count(self) -> dict[str, str]:
         if self._limit is None:

@@ -57,13 +57,15 @@ class FakeMem0(FakeService):
     scheme = "mem0"
     key_env = "MEM0_API_KEY"
     auth_scheme = "Token"
+    write_route = ("POST", r"/v3/memories/add/")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.memories: dict[str, dict[str, Any]] = {}  # memory id -> memory
 
     def item_ids(self) -> list[str]:
-        return [m["metadata"].get("lkm_id") for m in self.memories.values()]
+        found = [m["metadata"].get("lkm_id") for m in self.memories.values()]
+        return [i for i in found if i is not None]  # (an erasure mark is no item)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         if status == 400:

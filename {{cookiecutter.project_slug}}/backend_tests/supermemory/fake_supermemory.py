@@ -74,6 +74,7 @@ class FakeSupermemory(FakeService):
     scheme = "supermemory"
     key_env = "SUPERMEMORY_API_KEY"
     auth_scheme = "Bearer"
+    write_route = ("POST", r"/ns/[^/]+/document")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -85,11 +86,12 @@ class FakeSupermemory(FakeService):
         return {"error": message, "details": f"status {status}"}
 
     def item_ids(self) -> list[str]:
-        return [
+        found = [
             d["metadata"].get("lkm_id")
             for ns in self.namespaces.values()
             for d in ns.values()
         ]
+        return [i for i in found if i is not None]  # (an erasure mark is no item)
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/ns/{ns}/document", self.add)

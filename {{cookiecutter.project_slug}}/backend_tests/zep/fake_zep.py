@@ -43,6 +43,7 @@ class FakeZep(FakeService):
     key_env = "ZEP_API_KEY"
     auth_scheme = "Api-Key"
     base_path = "/api/v4"
+    write_route = ("POST", r"/api/v4/(threads/[^/]+/messages|graphs/[^/]+/episodes)")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
