@@ -34,10 +34,11 @@ stores import only the modules below the store interface):
   ``postgres_pool``: how work reaches the server, ``postgres_schema``: the schema
   and its upgrade, ``postgres_search``, ``postgres_admin``: the operator's
   command), and over HTTP ``hosted`` (+ ``hosted_http``, ``hosted_delivery``,
-  ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``) with
-  ``supermemory_store``, ``mem0_store``, ``zep_store``; ``spool`` (what a call saves
-  is on the worker's disk first: the outbox and its delivery, for the SQLite and
-  PostgreSQL stores; a hosted store's outbox is its spool).
+  ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``,
+  ``outbox_threads``: its threads and group commit) with ``supermemory_store``,
+  ``mem0_store``, ``zep_store``; ``spool`` (what a call saves is on the worker's
+  disk first: the outbox and its delivery, for the SQLite and PostgreSQL stores; a
+  hosted store's outbox is its spool).
 
 Units: times are seconds, sizes are characters.
 """

@@ -25,9 +25,10 @@ from .errors import (
     ServiceRejectedError,
     StoreUnavailableError,
 )
-from .outbox import MAX_PENDING, OutboxThreads
+from .outbox import MAX_PENDING
 from .outbox_items import Row
 from .outbox_ledger import Ledger
+from .outbox_threads import OutboxThreads
 
 if TYPE_CHECKING:
     from .outbox_items import Item

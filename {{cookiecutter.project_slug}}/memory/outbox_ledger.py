@@ -2,7 +2,7 @@
 one process at a time (``LEASE``), each try's outcome (delivered with the service's
 ids, failed and when to try again, or rejected), the backlog, and the service's own
 ids of callers. Synchronous and blocking, like ``Outbox``: HostedStore runs it on the
-outbox's threads (``OutboxThreads``).
+outbox's threads (``outbox_threads.OutboxThreads``).
 
 Units: seconds (times are seconds since the epoch unless said otherwise).
 """

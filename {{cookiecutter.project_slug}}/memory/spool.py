@@ -62,9 +62,9 @@ from .errors import FAIL_OPEN, StoreUnavailableError
 from .facts import Fact, Remembered
 from .hosted_delivery import BACKOFF, CLOSE_TIMEOUT, Delivery
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT, switched_off
-from .outbox import OutboxThreads
 from .outbox_items import Item, Row, Tombstones
 from .outbox_ledger import Ledger
+from .outbox_threads import OutboxThreads
 from .records import Exchange, Recall, Summary
 from .store import PURGEABLE, MemoryStore
 
