@@ -136,11 +136,15 @@ class Delivery:
         if self._round is None or self._round_loop is not loop:  # a lock is one loop's
             self._round, self._round_loop = asyncio.Lock(), loop
         async with self._round:
-            claim = self._service.claim
-            deletes, rows = await self._io.write(self._ledger.claim, claim)
-            for d in deletes:
-                await self._delete(d)
+            claimed = asyncio.ensure_future(
+                self._io.write(self._ledger.claim, self._service.claim)
+            )
             try:
+                # shielded: the claim leases on the writer thread even if this round
+                # is cut short meanwhile, and then what it leased must be given back
+                deletes, rows = await asyncio.shield(claimed)
+                for d in deletes:
+                    await self._delete(d)
                 if self._service.batched:  # one call per caller's batch
                     batches: dict[str, list[Row]] = {}
                     for r in rows:
@@ -149,13 +153,22 @@ class Delivery:
                 else:
                     await asyncio.gather(*(self._put(r) for r in rows))
             except asyncio.CancelledError:
-                # A flush's bound ran out mid-round: give the rows back now, not
-                # after LEASE (the target may have them: delivering again is safe).
-                release = self._io.write(self._ledger.release, rows)
-                self._released = asyncio.ensure_future(release)
-                self._released.add_done_callback(_quiet)
+                # A flush's bound ran out mid-round (its claim included): give the
+                # work back now, not after LEASE (the target may have some of it:
+                # delivering again is safe), or a 429's row waits out the lease.
+                claimed.add_done_callback(self._give_back)
                 raise
         return bool(deletes or rows)
+
+    def _give_back(self, claimed: asyncio.Future[Any]) -> None:
+        if claimed.cancelled() or claimed.exception() is not None:
+            return  # nothing was leased
+        deletes, rows = claimed.result()
+        release = self._io.write(
+            self._ledger.release, rows, [d["seq"] for d in deletes]
+        )
+        self._released = asyncio.ensure_future(release)
+        self._released.add_done_callback(_quiet)
 
     async def _put_all(self, rows: list[Row]) -> None:
         try:

@@ -118,13 +118,19 @@ class Ledger:
                     [(r.item.caller_id, r.item.id) for r in rows],
                 )
 
-    def release(self, rows: list[Row]) -> None:
-        """Give back this process's leases of ``rows`` (a round cut short)."""
+    def release(self, rows: list[Row], deletes: list[int] | None = None) -> None:
+        """Give back this process's leases of ``rows`` and of the queued deletes
+        ``deletes`` (their seqs): a round cut short."""
         with self.outbox.transaction() as db:
             db.executemany(
                 "UPDATE items SET lease = NULL, lease_until = 0"
                 " WHERE caller_id = ? AND id = ? AND lease = ?",
                 [(r.item.caller_id, r.item.id, self.me) for r in rows],
+            )
+            db.executemany(
+                "UPDATE deletes SET lease = NULL, lease_until = 0"
+                " WHERE seq = ? AND lease = ?",
+                [(seq, self.me) for seq in deletes or []],
             )
 
     def failed_all(
