@@ -21,6 +21,7 @@ Units: seconds (times are seconds since the epoch unless said otherwise).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -108,16 +109,23 @@ class Outbox:
     reads from others (each thread has its own connection; in WAL mode a read never
     waits for a write, so recall never queues behind delivery bookkeeping). Several
     worker processes may share the file: WAL, a busy timeout, and leases on rows
-    being delivered (``outbox_ledger``). ``synchronous=FULL``: a row is on disk when ``put`` returns.
+    being delivered (``outbox_ledger``). ``synchronous=FULL``: a row is on disk when
+    ``put`` returns.
 
     ``keeps_record`` False (a local store's spool, spool.py): a delivered row is
     deleted at once (the store is the record), and deleted rows are overwritten
     (``secure_delete``), so the file holds callers' words only while undelivered.
+    ``synced`` False (the same): ``synchronous=NORMAL``, a commit is in the
+    operating system's hands when it returns (a killed process loses nothing) and
+    on the disk once ``sync`` has run (the caller's group commit window).
     """
 
-    def __init__(self, path: Path, keeps_record: bool = True) -> None:
+    def __init__(
+        self, path: Path, keeps_record: bool = True, synced: bool = True
+    ) -> None:
         self.path = path
         self.keeps_record = keeps_record
+        self.synced = synced
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -150,7 +158,7 @@ class Outbox:
             conn = sqlite3.connect(
                 self.path, timeout=5.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA synchronous={'FULL' if self.synced else 'NORMAL'}")
             if not self.keeps_record:
                 conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
@@ -366,6 +374,18 @@ class Outbox:
             "callers": callers,
             **{what: counts.get(k, 0) for what, k in KIND_OF.items()},
         }
+
+    def sync(self) -> None:
+        """fsync what was committed (``synced`` False): the WAL file, where every
+        commit is until a checkpoint (which syncs the file itself)."""
+        try:
+            fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            return  # checkpointed into the file and removed: on the disk
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:

@@ -1,7 +1,9 @@
 """The outbox file (outbox.py) run off the event loop: its writes on one thread of
 their own (SQLite has one writer at a time anyway), its reads on others, so a recall
 never waits behind a delivery's write; and the group commit: the puts of many calls
-waiting meanwhile go in one transaction, one fsync (``OutboxThreads.put``).
+waiting meanwhile go in one transaction (``OutboxThreads.put``), fsync'd with it
+(the hosted outbox) or, with a ``sync_window`` (a local store's spool), with every
+other commit of that window in one fsync on a thread of its own.
 
 Used by the hosted stores (hosted.py), the spool of the SQLite and PostgreSQL stores
 (spool.py) and their delivery (hosted_delivery.py). Units: seconds.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +23,8 @@ from typing import Any
 from .errors import FAIL_OPEN, StoreUnavailableError
 from .outbox import Outbox
 from .outbox_items import Item, Row
+
+logger = logging.getLogger("memory")
 
 Batched = tuple[Item, "tuple[str, float] | None", "asyncio.Future[Row | None]"]
 """A put waiting for its batch's commit: the item, its lease, its outcome."""
@@ -40,20 +45,32 @@ class OutboxThreads:
     """The outbox file at ``path`` run off the event loop: its writes on one thread
     (SQLite has one writer at a time anyway), its reads on threads of their own, so
     a recall never waits behind a delivery's write. Raises ``StoreUnavailableError``
-    for a file that cannot be used, and for work asked of it once ``closed``."""
+    for a file that cannot be used, and for work asked of it once ``closed``.
 
-    def __init__(self, path: Path, keeps_record: bool = True) -> None:
+    ``sync_window`` 0: every commit is fsync'd before it returns. Above 0 (seconds):
+    a commit is in the operating system's hands when it returns (a killed process
+    loses nothing), and fsync'd within ``sync_window`` and before ``sync`` or
+    ``close`` returns, one fsync for every commit meanwhile (``Outbox.synced``)."""
+
+    def __init__(
+        self, path: Path, keeps_record: bool = True, sync_window: float = 0.0
+    ) -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="memory-outbox")
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="memory-outbox-read")
+        self._syncer = ThreadPoolExecutor(1, thread_name_prefix="memory-outbox-sync")
         self._batch: list[Batched] = []  # to commit next
         self._batch_lock = threading.Lock()
+        self.sync_window = sync_window
+        self._sync_at: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = (
+            None
+        )
         try:
             self.outbox: Outbox = self._executor.submit(
-                Outbox, path, keeps_record
+                Outbox, path, keeps_record, sync_window <= 0
             ).result()
         except (sqlite3.Error, OSError) as exc:
-            self._executor.shutdown()
-            self._readers.shutdown()
+            for executor in (self._executor, self._readers, self._syncer):
+                executor.shutdown()
             raise StoreUnavailableError(
                 f"cannot use {path} as the memory outbox: {exc}"
             ) from exc
@@ -71,18 +88,21 @@ class OutboxThreads:
         """Run an outbox write on the writer thread."""
         if self.closed:
             raise StoreUnavailableError("the memory store is closed")
-        return await asyncio.get_running_loop().run_in_executor(
+        done = await asyncio.get_running_loop().run_in_executor(
             self._executor, fn, *args
         )
+        self._sync_later()
+        return done
 
     async def put(
         self, items: list[Item], lease: tuple[str, float] | None = None
     ) -> list[Row]:
         """``Outbox.put_all`` of ``items`` with the other puts waiting meanwhile, in
-        one transaction (one fsync for the batch: a group commit, so many calls
-        saving at once stay fast). Returns when they are on disk: the rows ``lease``
-        (process, until) leased (``Outbox.put_all``). Raises what the batch's
-        ``put_all`` raised (all or none of a batch is written)."""
+        one transaction (a group commit, so many calls saving at once stay fast).
+        Returns when they are committed (on the disk then, or within
+        ``sync_window``): the rows ``lease`` (process, until) leased
+        (``Outbox.put_all``). Raises what the batch's ``put_all`` raised (all or
+        none of a batch is written)."""
         if self.closed:
             raise StoreUnavailableError("the memory store is closed")
         loop = asyncio.get_running_loop()
@@ -92,7 +112,32 @@ class OutboxThreads:
             self._batch.extend(zip(items, [lease] * len(items), waits, strict=True))
         if first:  # the batch's commit queues behind the one running, if any
             self._executor.submit(self._commit_batch)
-        return [row for row in await asyncio.gather(*waits) if row is not None]
+        rows = [row for row in await asyncio.gather(*waits) if row is not None]
+        self._sync_later()
+        return rows
+
+    def _sync_later(self) -> None:
+        # A commit not fsync'd yet: it is, within the window, with every other
+        # commit meanwhile (one timer at a time, on the loop that committed).
+        if self.outbox.synced:
+            return
+        loop = asyncio.get_running_loop()
+        if self._sync_at is not None and self._sync_at[0] is loop:
+            return
+        self._sync_at = (loop, loop.call_later(self.sync_window, self._sync_due))
+
+    def _sync_due(self) -> None:
+        self._sync_at = None
+        if not self.closed:
+            asyncio.ensure_future(self.sync()).add_done_callback(_logged)
+
+    async def sync(self) -> None:
+        """Return once every commit made so far is on the disk (``Outbox.sync``;
+        nothing to do when each commit is). Raises OSError when the fsync fails."""
+        if not self.outbox.synced:
+            await asyncio.get_running_loop().run_in_executor(
+                self._syncer, self.outbox.sync
+            )
 
     def _commit_batch(self) -> None:
         with self._batch_lock:
@@ -114,9 +159,22 @@ class OutboxThreads:
                 done.get_loop().call_soon_threadsafe(_settle, done, row, error)
 
     async def close(self) -> None:
-        """Refuse more work, wait for the threads' work, and close the file."""
+        """Refuse more work, wait for the threads' work, fsync what they wrote, and
+        close the file."""
         self.closed = True
+        if self._sync_at is not None:
+            self._sync_at[1].cancel()
         loop = asyncio.get_running_loop()
         for executor in (self._readers, self._executor):
             await loop.run_in_executor(None, executor.shutdown, True)
-        self.outbox.close()
+        try:
+            await self.sync()
+        finally:
+            await loop.run_in_executor(None, self._syncer.shutdown, True)
+            self.outbox.close()
+
+
+def _logged(synced: asyncio.Future[None]) -> None:
+    # a timed fsync that failed: what it covers may not survive a power loss
+    if not synced.cancelled() and synced.exception() is not None:
+        logger.error("memory: the spool's fsync failed: %r", synced.exception())

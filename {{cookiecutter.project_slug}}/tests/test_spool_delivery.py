@@ -89,3 +89,49 @@ async def test_a_round_cut_short_while_it_claims_gives_back_what_it_claimed_at_o
         await asyncio.sleep(0.01)
     assert (target.items, target.deleted) == ([bob.key], [ALICE])
     await io.close()
+
+
+def counting_syncs(monkeypatch) -> list[str]:
+    """Every fsync of an outbox file (``Outbox.sync``), by the file's name."""
+    synced: list[str] = []
+    sync = outbox.Outbox.sync
+
+    def counted(self: outbox.Outbox) -> None:
+        sync(self)
+        synced.append(self.path.name)
+
+    monkeypatch.setattr(outbox.Outbox, "sync", counted)
+    return synced
+
+
+async def test_what_many_calls_spool_at_once_is_fsynced_once_within_the_window(
+    tmp_path, monkeypatch
+):
+    synced = counting_syncs(monkeypatch)
+    io = OutboxThreads(tmp_path / "spool.db", keeps_record=False, sync_window=0.2)
+    exchanges = [make_exchange(n, f"caller-{n}") for n in range(8)]
+    await asyncio.gather(*(io.put([Item.of_exchange(e)]) for e in exchanges))
+    assert synced == []  # committed, in the operating system's hands
+    for _ in range(500):  # the window's one fsync
+        if synced:
+            break
+        await asyncio.sleep(0.01)
+    assert synced == ["spool.db"]
+    await io.close()
+
+
+async def test_closing_a_spool_fsyncs_what_it_holds_before_it_returns(
+    tmp_path, monkeypatch
+):
+    synced = counting_syncs(monkeypatch)
+    io = OutboxThreads(tmp_path / "spool.db", keeps_record=False, sync_window=60.0)
+    await io.put([Item.of_exchange(make_exchange(1, text="my code is 4411"))])
+    await io.close()
+    assert synced == ["spool.db"]
+
+
+async def test_the_hosted_outbox_fsyncs_every_put_before_it_returns(tmp_path):
+    io = OutboxThreads(tmp_path / "outbox.db")
+    assert io.outbox.synced
+    assert io.outbox.db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+    await io.close()

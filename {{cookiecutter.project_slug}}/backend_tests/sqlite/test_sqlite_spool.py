@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import memory
-from memory import outbox
+from memory import outbox, spool
 from memory.sqlite_store import path_of
 from tests.doubles import make_exchange
 from tests.spool_worker import (
@@ -117,4 +117,29 @@ async def test_the_spool_keeps_nothing_past_the_retention_of_its_kind(
     monkeypatch.undo()
     assert await store.flush(1.0) == 0
     assert await store.exchanges(ALICE) == []
+    await store.close()
+
+
+async def test_a_flush_returns_once_what_waits_in_the_spool_is_fsynced(
+    store_url, monkeypatch
+):
+    synced: list[str] = []
+    sync = outbox.Outbox.sync
+
+    def counted(self: outbox.Outbox) -> None:
+        sync(self)
+        synced.append(self.path.name)
+
+    monkeypatch.setattr(outbox.Outbox, "sync", counted)
+    monkeypatch.setattr(spool, "SYNC_WINDOW", 60.0)  # no timed fsync in this test
+    store = memory.open_store(store_url)
+
+    async def refused(exchange):
+        raise memory.StoreUnavailableError("the store refuses writes")
+
+    monkeypatch.setattr(store.store, "save", refused)
+    await store.save(make_exchange(1, text="my code is 4411"))
+    assert synced == []  # committed: a killed worker would not lose it
+    assert await store.flush(0.3) == 1  # it waits in the spool, on the disk now
+    assert synced == [f"{path_of(store_url).name}-spool"]
     await store.close()
