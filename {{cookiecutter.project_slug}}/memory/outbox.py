@@ -21,7 +21,6 @@ Units: seconds (times are seconds since the epoch unless said otherwise).
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -115,9 +114,7 @@ class Outbox:
     ``keeps_record`` False (a local store's spool, spool.py): a delivered row is
     deleted at once (the store is the record), and deleted rows are overwritten
     (``secure_delete``), so the file holds callers' words only while undelivered.
-    ``synced`` False (the same): ``synchronous=NORMAL``, a commit is in the
-    operating system's hands when it returns (a killed process loses nothing) and
-    on the disk once ``sync`` has run (the caller's group commit window).
+    ``synced`` False (the same): ``synchronous=NORMAL`` (fsync'd: ``outbox_threads``).
     """
 
     def __init__(
@@ -347,8 +344,7 @@ class Outbox:
             (caller_id, *kinds, fresh, time.time() - LAG_WINDOW),
         ).fetchall()
         forgotten = self.db.execute(
-            "SELECT item_id, call_id FROM tombstones WHERE caller_id = ?"
-            " AND (item_id IS NOT NULL OR call_id IS NOT NULL)",
+            "SELECT item_id, call_id FROM tombstones WHERE caller_id = ?",
             (caller_id,),
         ).fetchall()
         tombstones = Tombstones(
@@ -374,18 +370,6 @@ class Outbox:
             "callers": callers,
             **{what: counts.get(k, 0) for what, k in KIND_OF.items()},
         }
-
-    def sync(self) -> None:
-        """fsync what was committed (``synced`` False): the WAL file, where every
-        commit is until a checkpoint (which syncs the file itself)."""
-        try:
-            fd = os.open(f"{self.path}-wal", os.O_RDONLY)
-        except FileNotFoundError:
-            return  # checkpointed into the file and removed: on the disk
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def close(self) -> None:
         with self._lock:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +51,7 @@ class OutboxThreads:
     ``sync_window`` 0: every commit is fsync'd before it returns. Above 0 (seconds):
     a commit is in the operating system's hands when it returns (a killed process
     loses nothing), and fsync'd within ``sync_window`` and before ``sync`` or
-    ``close`` returns, one fsync for every commit meanwhile (``Outbox.synced``)."""
+    ``close`` returns, one fsync for every commit meanwhile (``sync_wal``)."""
 
     def __init__(
         self, path: Path, keeps_record: bool = True, sync_window: float = 0.0
@@ -132,11 +133,11 @@ class OutboxThreads:
             asyncio.ensure_future(self.sync()).add_done_callback(_logged)
 
     async def sync(self) -> None:
-        """Return once every commit made so far is on the disk (``Outbox.sync``;
+        """Return once every commit made so far is on the disk (``sync_wal``;
         nothing to do when each commit is). Raises OSError when the fsync fails."""
         if not self.outbox.synced:
             await asyncio.get_running_loop().run_in_executor(
-                self._syncer, self.outbox.sync
+                self._syncer, sync_wal, self.outbox.path
             )
 
     def _commit_batch(self) -> None:
@@ -172,6 +173,19 @@ class OutboxThreads:
         finally:
             await loop.run_in_executor(None, self._syncer.shutdown, True)
             self.outbox.close()
+
+
+def sync_wal(path: Path) -> None:
+    """fsync the commits of the SQLite file at ``path`` made ``synchronous=NORMAL``:
+    its WAL file, where every commit is until a checkpoint (which syncs the file)."""
+    try:
+        fd = os.open(f"{path}-wal", os.O_RDONLY)
+    except FileNotFoundError:
+        return  # checkpointed into the file and removed: on the disk
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _logged(synced: asyncio.Future[None]) -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memory import outbox
+from memory import outbox, outbox_threads
 from memory.hosted_delivery import Delivery
 from memory.outbox_items import Item
 from memory.outbox_ledger import Ledger
@@ -92,15 +93,15 @@ async def test_a_round_cut_short_while_it_claims_gives_back_what_it_claimed_at_o
 
 
 def counting_syncs(monkeypatch) -> list[str]:
-    """Every fsync of an outbox file (``Outbox.sync``), by the file's name."""
+    """Every fsync of an outbox file (``outbox_threads.sync_wal``), by its name."""
     synced: list[str] = []
-    sync = outbox.Outbox.sync
+    sync = outbox_threads.sync_wal
 
-    def counted(self: outbox.Outbox) -> None:
-        sync(self)
-        synced.append(self.path.name)
+    def counted(path: Path) -> None:
+        sync(path)
+        synced.append(path.name)
 
-    monkeypatch.setattr(outbox.Outbox, "sync", counted)
+    monkeypatch.setattr(outbox_threads, "sync_wal", counted)
     return synced
 
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import memory
-from memory import outbox, spool
+from memory import outbox, outbox_threads, spool
 from memory.sqlite_store import path_of
 from tests.doubles import make_exchange
 from tests.spool_worker import (
@@ -124,13 +124,13 @@ async def test_a_flush_returns_once_what_waits_in_the_spool_is_fsynced(
     store_url, monkeypatch
 ):
     synced: list[str] = []
-    sync = outbox.Outbox.sync
+    sync = outbox_threads.sync_wal
 
-    def counted(self: outbox.Outbox) -> None:
-        sync(self)
-        synced.append(self.path.name)
+    def counted(path: Path) -> None:
+        sync(path)
+        synced.append(path.name)
 
-    monkeypatch.setattr(outbox.Outbox, "sync", counted)
+    monkeypatch.setattr(outbox_threads, "sync_wal", counted)
     monkeypatch.setattr(spool, "SYNC_WINDOW", 60.0)  # no timed fsync in this test
     store = memory.open_store(store_url)
 
