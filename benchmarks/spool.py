@@ -147,6 +147,7 @@ async def main() -> None:
     parser.add_argument("--pending", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--spools", default="off,on", help="MEMORY_SPOOL values to run")
     parser.add_argument("--out")
     args = parser.parse_args()
     postgres_pool.RECHECK_AFTER = 0.2  # a schema made meanwhile is seen at once
@@ -160,7 +161,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["MEMORY_DATA_DIR"] = str(Path(tmp) / "data")
         for backend in args.backends.split(","):
-            for spool in ("off", "on"):
+            for spool in args.spools.split(","):
                 os.environ["MEMORY_SPOOL"] = spool
                 schemas: list[str] = []
 

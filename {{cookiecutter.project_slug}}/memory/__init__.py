@@ -37,10 +37,11 @@ stores import only the modules below the store interface):
   ``postgres_schema``: what a URL names and the upgrade, ``postgres_migrations``:
   each version's step, ``postgres_search``, ``postgres_admin``: the operator's
   command), and over HTTP ``hosted`` (+ ``hosted_http``, ``hosted_delivery``,
-  ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``, ``outbox_erase``) with
-  ``supermemory_store``, ``mem0_store``, ``zep_store``; ``spool`` (what a call saves
-  is on the worker's disk first: the outbox and its delivery, for the SQLite and
-  PostgreSQL stores; a hosted store's outbox is its spool).
+  ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``,
+  ``outbox_erase``: its forgetting, ``outbox_threads``: its threads and group
+  commit) with ``supermemory_store``, ``mem0_store``, ``zep_store``; ``spool``
+  (what a call saves is on the worker's disk first: the outbox and its delivery,
+  for the SQLite and PostgreSQL stores; a hosted store's outbox is its spool).
 
 Units: times are seconds, sizes are characters.
 """

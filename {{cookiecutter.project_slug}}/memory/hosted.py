@@ -52,9 +52,9 @@ from .hosted_http import (
 )
 from .hosted_merge import merged, profile_of, recalled
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT
-from .outbox import OutboxThreads
 from .outbox_items import KINDS, Item, Row
 from .outbox_ledger import Ledger
+from .outbox_threads import OutboxThreads
 from .places import data_dir, local_path, warn_of_earlier_file
 from .records import Exchange, Recall, Summary
 from .store import PURGEABLE
@@ -257,8 +257,8 @@ class HostedStore:
     # -- writes --
 
     async def save(self, exchange: Exchange) -> None:
-        # the spool's group commit (outbox.OutboxThreads.put): saves of many calls
-        # at once share one transaction and one fsync
+        # the spool's group commit (outbox_threads.OutboxThreads.put): saves of many
+        # calls at once share one transaction and one fsync
         await self._io.put([Item.of_exchange(exchange)])
         self._delivery.kick()
 

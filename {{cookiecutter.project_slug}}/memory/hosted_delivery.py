@@ -25,9 +25,10 @@ from .errors import (
     ServiceRejectedError,
     StoreUnavailableError,
 )
-from .outbox import MAX_PENDING, OutboxThreads
+from .outbox import MAX_PENDING
 from .outbox_items import Row
 from .outbox_ledger import Ledger
+from .outbox_threads import OutboxThreads
 
 if TYPE_CHECKING:
     from .outbox_items import Item
@@ -135,14 +136,13 @@ class Delivery:
         if self._round is None or self._round_loop is not loop:  # a lock is one loop's
             self._round, self._round_loop = asyncio.Lock(), loop
         async with self._round:
-            claim = self._service.claim
-            claiming = asyncio.ensure_future(self._io.write(self._ledger.claim, claim))
-            try:  # a bound that runs out during the claim: give its leases back
-                deletes, rows = await asyncio.shield(claiming)
-            except asyncio.CancelledError:
-                claiming.add_done_callback(self._give_back)
-                raise
+            claimed = asyncio.ensure_future(
+                self._io.write(self._ledger.claim, self._service.claim)
+            )
             try:
+                # shielded: the claim leases on the writer thread even if this round
+                # is cut short meanwhile, and then what it leased must be given back
+                deletes, rows = await asyncio.shield(claimed)
                 for d in deletes:
                     await self._delete(d)
                 if self._service.batched:  # one call per caller's batch
@@ -153,22 +153,21 @@ class Delivery:
                 else:
                     await asyncio.gather(*(self._put(r) for r in rows))
             except asyncio.CancelledError:
-                # A flush's bound ran out mid-round: give the rows back now, not
-                # after LEASE (the target may have them: delivering again is safe).
-                release = self._io.write(self._ledger.release, rows, deletes)
-                self._released = asyncio.ensure_future(release)
-                self._released.add_done_callback(_quiet)
+                # A flush's bound ran out mid-round (its claim included): give the
+                # work back now, not after LEASE (the target may have some of it:
+                # delivering again is safe), or a 429's row waits out the lease.
+                claimed.add_done_callback(self._give_back)
                 raise
         return bool(deletes or rows)
 
     def _give_back(self, claimed: asyncio.Future[Any]) -> None:
-        # the claim of a round cut short, done after all: release it, not after LEASE
         if claimed.cancelled() or claimed.exception() is not None:
-            return
+            return  # nothing was leased
         deletes, rows = claimed.result()
-        self._released = asyncio.ensure_future(
-            self._io.write(self._ledger.release, rows, deletes)
+        release = self._io.write(
+            self._ledger.release, rows, [d["seq"] for d in deletes]
         )
+        self._released = asyncio.ensure_future(release)
         self._released.add_done_callback(_quiet)
 
     async def _put_all(self, rows: list[Row]) -> None:

@@ -1,9 +1,9 @@
 """The outbox of the hosted memory backends: a small SQLite file on the worker.
 
 Every write (exchange, fact, call summary, forget) of a hosted store (hosted.py) is
-first written here (stdlib sqlite3, run on threads of its own by ``OutboxThreads``,
-never on the event loop), then delivered to the service in the background, oldest first. An
-outage, a storm of 5xx answers or a worker killed mid-call loses nothing: the rows
+first written here (stdlib sqlite3, run on threads of its own by
+``outbox_threads.OutboxThreads``, never on the event loop), then delivered to the
+service in the background, oldest first. An outage, a storm of 5xx answers or a worker killed mid-call loses nothing: the rows
 wait in the file, and the next process that opens it delivers them. Delivered rows
 are marked and kept ``KEEP_DELIVERED`` seconds: they cover the service's write lag
 (recall merges them with what the service returns), they are the idempotency ledger
@@ -11,27 +11,24 @@ are marked and kept ``KEEP_DELIVERED`` seconds: they cover the service's write l
 exports, ``callers``, ``stats``, ``purge``). Forgotten items become tombstones that
 hide what the service still returns until its delete is done.
 
-- ``Outbox``: the file: durable writes, the record, tombstones (what it holds is
-  ``outbox_items``'s; the leases and outcomes of delivery ``outbox_ledger``'s);
-- ``OutboxThreads``: the file run off the event loop.
+``Outbox`` is the file: durable writes, the record, tombstones (what it holds is
+``outbox_items``'s; the leases and outcomes of delivery ``outbox_ledger``'s; the
+threads it runs on and the group commit ``outbox_threads``'s).
 
 Units: seconds (times are seconds since the epoch unless said otherwise).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import sqlite3
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from . import outbox_erase
-from .errors import FAIL_OPEN, StoreUnavailableError
+from .errors import StoreUnavailableError
 from .outbox_items import KIND_OF, Item, Row, Tombstones
 
 SETTLE = 1.0
@@ -112,16 +109,21 @@ class Outbox:
     reads from others (each thread has its own connection; in WAL mode a read never
     waits for a write, so recall never queues behind delivery bookkeeping). Several
     worker processes may share the file: WAL, a busy timeout, and leases on rows
-    being delivered (``outbox_ledger``). ``synchronous=FULL``: a row is on disk when ``put`` returns.
+    being delivered (``outbox_ledger``). ``synchronous=FULL``: a row is on disk when
+    ``put`` returns.
 
     ``keeps_record`` False (a local store's spool, spool.py): a delivered row is
     deleted at once (the store is the record), and deleted rows are overwritten
     (``secure_delete``), so the file holds callers' words only while undelivered.
+    ``synced`` False (the same): ``synchronous=NORMAL`` (fsync'd: ``outbox_threads``).
     """
 
-    def __init__(self, path: Path, keeps_record: bool = True) -> None:
+    def __init__(
+        self, path: Path, keeps_record: bool = True, synced: bool = True
+    ) -> None:
         self.path = path
         self.keeps_record = keeps_record
+        self.synced = synced
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -154,7 +156,7 @@ class Outbox:
             conn = sqlite3.connect(
                 self.path, timeout=5.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA synchronous={'FULL' if self.synced else 'NORMAL'}")
             if not self.keeps_record:
                 conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
@@ -261,13 +263,13 @@ class Outbox:
             (caller_id, *kinds, fresh, time.time() - LAG_WINDOW),
         ).fetchall()
         forgotten = self.db.execute(
-            "SELECT item_id, call_id, before FROM tombstones WHERE caller_id = ?",
+            "SELECT item_id, call_id FROM tombstones WHERE caller_id = ?",
             (caller_id,),
         ).fetchall()
         tombstones = Tombstones(
             frozenset(m[0] for m in forgotten if m[0]),
             frozenset(m[1] for m in forgotten if m[1]),
-            max((m[2] for m in forgotten), default=0.0),
+            outbox_erase.erased_before(self.db, caller_id),
         )
         return [row_of(r) for r in found], tombstones
 
@@ -318,108 +320,9 @@ def _leased(
     return held
 
 
-Batched = tuple[Item, "tuple[str, float] | None", "asyncio.Future[Row | None]"]
-"""A put waiting for its batch's commit: the item, its lease, its outcome."""
-
-
-def _settle(
-    done: asyncio.Future[Row | None], row: Row | None, error: BaseException | None
-) -> None:
-    if done.cancelled():
-        return
-    if error is None:
-        done.set_result(row)
-    else:
-        done.set_exception(error)
-
-
 def row_of(r: Any) -> Row:
     """The Row of an ``items`` row selected as ``Outbox.rows`` selects it."""
     item = Item(r[1], r[0], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
     return Row(item, r[7], r[8], r[9], r[10])
 
 
-class OutboxThreads:
-    """The outbox file at ``path`` run off the event loop: its writes on one thread
-    (SQLite has one writer at a time anyway), its reads on threads of their own, so
-    a recall never waits behind a delivery's write. Raises ``StoreUnavailableError``
-    for a file that cannot be used, and for work asked of it once ``closed``."""
-
-    def __init__(self, path: Path, keeps_record: bool = True) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="memory-outbox")
-        self._readers = ThreadPoolExecutor(2, thread_name_prefix="memory-outbox-read")
-        self._batch: list[Batched] = []  # to commit next
-        self._batch_lock = threading.Lock()
-        try:
-            self.outbox: Outbox = self._executor.submit(
-                Outbox, path, keeps_record
-            ).result()
-        except (sqlite3.Error, OSError) as exc:
-            self._executor.shutdown()
-            self._readers.shutdown()
-            raise StoreUnavailableError(
-                f"cannot use {path} as the memory outbox: {exc}"
-            ) from exc
-        self.closed = False
-
-    async def read(self, fn: Any, *args: Any) -> Any:
-        """Run an outbox read on a reader thread (never behind a write)."""
-        if self.closed:
-            raise StoreUnavailableError("the memory store is closed")
-        return await asyncio.get_running_loop().run_in_executor(
-            self._readers, fn, *args
-        )
-
-    async def write(self, fn: Any, *args: Any) -> Any:
-        """Run an outbox write on the writer thread."""
-        if self.closed:
-            raise StoreUnavailableError("the memory store is closed")
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, fn, *args
-        )
-
-    async def put(
-        self, items: list[Item], lease: tuple[str, float] | None = None
-    ) -> list[Row]:
-        """``Outbox.put_all`` of ``items`` with the other puts waiting meanwhile, in
-        one transaction (one fsync for the batch: a group commit, so many calls
-        saving at once stay fast). Returns when they are on disk: the rows ``lease``
-        (process, until) leased (``Outbox.put_all``). Raises what the batch's
-        ``put_all`` raised (all or none of a batch is written)."""
-        if self.closed:
-            raise StoreUnavailableError("the memory store is closed")
-        loop = asyncio.get_running_loop()
-        waits: list[asyncio.Future[Row | None]] = [loop.create_future() for _ in items]
-        with self._batch_lock:
-            first = not self._batch
-            self._batch.extend(zip(items, [lease] * len(items), waits, strict=True))
-        if first:  # the batch's commit queues behind the one running, if any
-            self._executor.submit(self._commit_batch)
-        return [row for row in await asyncio.gather(*waits) if row is not None]
-
-    def _commit_batch(self) -> None:
-        with self._batch_lock:
-            batch, self._batch = self._batch, []
-        error: BaseException | None = None
-        held: dict[tuple[str, str], Row] = {}
-        # the newest version of an item in the batch is the one kept
-        items = {(i.caller_id, i.id): i for i, _, _ in batch}
-        leases = {(i.caller_id, i.id): lease for i, lease, _ in batch if lease}
-        try:
-            for leased in self.outbox.put_all(list(items.values()), None, leases):
-                held[leased.item.caller_id, leased.item.id] = leased
-        except FAIL_OPEN as exc:  # handed to every put waiting for this batch
-            error = exc
-        for item, _, done in batch:  # each on its own event loop (closed: none waits)
-            key = (item.caller_id, item.id)
-            row = held.pop(key) if key in held else None  # to one put only
-            with contextlib.suppress(RuntimeError):
-                done.get_loop().call_soon_threadsafe(_settle, done, row, error)
-
-    async def close(self) -> None:
-        """Refuse more work, wait for the threads' work, and close the file."""
-        self.closed = True
-        loop = asyncio.get_running_loop()
-        for executor in (self._readers, self._executor):
-            await loop.run_in_executor(None, executor.shutdown, True)
-        self.outbox.close()

@@ -2,7 +2,7 @@
 one process at a time (``LEASE``), each try's outcome (delivered with the service's
 ids, failed and when to try again, or rejected), the backlog, and the service's own
 ids of callers. Synchronous and blocking, like ``Outbox``: HostedStore runs it on the
-outbox's threads (``OutboxThreads``).
+outbox's threads (``outbox_threads.OutboxThreads``).
 
 Units: seconds (times are seconds since the epoch unless said otherwise).
 """
@@ -118,9 +118,9 @@ class Ledger:
                     [(r.item.caller_id, r.item.id) for r in rows],
                 )
 
-    def release(self, rows: list[Row], deletes: list[dict[str, Any]]) -> None:
-        """Give back this process's leases of ``rows`` and ``deletes`` (a round cut
-        short: a delete held for LEASE would hold its caller's saves as long)."""
+    def release(self, rows: list[Row], deletes: list[int] | None = None) -> None:
+        """Give back this process's leases of ``rows`` and of the queued deletes
+        ``deletes`` (their seqs): a round cut short."""
         with self.outbox.transaction() as db:
             db.executemany(
                 "UPDATE items SET lease = NULL, lease_until = 0"
@@ -130,7 +130,7 @@ class Ledger:
             db.executemany(
                 "UPDATE deletes SET lease = NULL, lease_until = 0"
                 " WHERE seq = ? AND lease = ?",
-                [(d["seq"], self.me) for d in deletes],
+                [(seq, self.me) for seq in deletes or []],
             )
 
     def failed_all(

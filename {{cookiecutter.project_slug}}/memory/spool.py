@@ -9,9 +9,13 @@ the hosted backends (outbox.py, delivered by hosted_delivery.py), generalised.
   (delivered rows are kept, ``outbox.KEEP_DELIVERED``), as before.
 - SQLite and PostgreSQL (this module): ``open_store`` wraps the store in a
   ``SpooledStore``. ``save`` and ``save_summary`` put the item in the spool file and
-  return once it is on disk: SQLite in WAL mode, ``synchronous=FULL``, on a thread
-  of its own, never on the event loop; the puts that wait meanwhile are committed
-  together (``OutboxThreads.put``: one fsync per batch). The same transaction
+  return once it is committed: SQLite in WAL mode, on a thread of its own, never on
+  the event loop; the puts that wait meanwhile are committed together
+  (``OutboxThreads.put``). A commit is in the operating system's hands when it
+  returns (a killed worker loses nothing) and fsync'd within ``SYNC_WINDOW``, one
+  fsync for every commit of the window, on a thread of its own (``flush`` and
+  ``close`` return only once it is; a put fsync'd with each commit cost about
+  half the saves per second: benchmarks/README.md, spool.py). The same transaction
   leases the row to this process, which writes it through to the store at once;
   ``save`` waits for that at most ``WRITE_THROUGH_WAIT`` (so a store that answers
   has the exchange when ``save`` returns, and a slow one never holds up the
@@ -62,9 +66,9 @@ from .errors import FAIL_OPEN, StoreUnavailableError
 from .facts import Fact, Remembered
 from .hosted_delivery import BACKOFF, CLOSE_TIMEOUT, Delivery
 from .limits import RECALL_EXCHANGES, WRITE_TIMEOUT, switched_off
-from .outbox import OutboxThreads
 from .outbox_items import Item, Row, Tombstones
 from .outbox_ledger import Ledger
+from .outbox_threads import OutboxThreads
 from .records import Exchange, Recall, Summary
 from .store import PURGEABLE, MemoryStore
 
@@ -75,6 +79,9 @@ SPOOL_SETTING = "MEMORY_SPOOL"
 PostgreSQL stores."""
 BATCH = 256
 """Rows one delivery round takes (one caller's go in one ``save_many``)."""
+SYNC_WINDOW = 0.05
+"""Seconds within which what was spooled is fsync'd (one fsync for every put of
+the window); ``flush`` and ``close`` return only once it is."""
 WRITE_THROUGH_WAIT = 0.5
 """Seconds ``save`` waits for the store to take an exchange it has spooled; past
 it, ``save`` returns (the exchange is on disk) and the write goes on."""
@@ -188,7 +195,7 @@ class SpooledStore:
         # (else their write-through could reach the store before its forget)
         self._forgetting: dict[str, asyncio.Event] = {}
         try:
-            self._io = OutboxThreads(path, keeps_record=False)
+            self._io = OutboxThreads(path, keeps_record=False, sync_window=SYNC_WINDOW)
         except FAIL_OPEN as exc:
             self._spool_failed(exc)
             return
@@ -416,7 +423,9 @@ class SpooledStore:
         if self._through:  # their rows are leased until they end
             await asyncio.wait(set(self._through), timeout=timeout)
         try:
-            return await self._delivery.flush(max(0.0, deadline - time.monotonic()))
+            left = await self._delivery.flush(max(0.0, deadline - time.monotonic()))
+            await self._io.sync()  # what is left is on the disk when this returns
+            return left
         except StoreUnavailableError:
             raise
         except FAIL_OPEN as exc:

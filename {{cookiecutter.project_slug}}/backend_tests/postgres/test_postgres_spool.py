@@ -7,25 +7,20 @@ each lose none, whether the store takes them in time or not."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
-import os
-import signal
-import subprocess
-import sys
+import contextlib
 import threading
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
 import memory
 from memory import postgres_pool, postgres_store
-from tests.spool_worker import a_later_call, call_then_hang, caller_turns
+from tests.spool_worker import (
+    a_killed_call_reaches_the_store_through_the_next_worker,
+    an_erasure_after_the_kill_stops_that_callers_exchanges_only,
+)
 from tests.store_fixtures import own_schema, server_or_skip
-
-PROJECT = Path(__file__).resolve().parents[1]
-ALICE, BOB = "alice@example.com", "+15550100200"
-SPAWN = multiprocessing.get_context("spawn")
 
 
 @pytest.fixture
@@ -49,58 +44,31 @@ def stored(url: str, caller_id: str) -> list[tuple[str, str]]:
         ).fetchall()
 
 
-async def killed_while_the_store_refused(url: str, turns: list[str]) -> None:
-    """A worker runs a call while the store has no schema (every write refused), and
-    is killed with SIGKILL mid-call; then the operator runs the upgrade."""
-    ready = SPAWN.Event()
-    worker = SPAWN.Process(
-        target=call_then_hang, args=(url, [ALICE, BOB], turns, ready, {})
-    )
-    worker.start()
-    assert await asyncio.to_thread(ready.wait, 60)
-    await asyncio.sleep(0.3)
-    assert worker.pid is not None
-    os.kill(worker.pid, signal.SIGKILL)
-    worker.join(10)
-    assert worker.exitcode == -signal.SIGKILL
+@contextlib.asynccontextmanager
+async def refusing(url: str) -> AsyncIterator[None]:
+    """The store has no schema (every write refused) until this exits: then the
+    operator runs the upgrade."""
+    yield
     postgres_store.upgrade(url)  # the store takes writes from now on
-
-
-def next_worker(url: str) -> None:
-    later = SPAWN.Process(target=a_later_call, args=(url, {}))
-    later.start()
-    later.join(60)
-    assert later.exitcode == 0
 
 
 async def test_a_call_the_store_refused_throughout_then_killed_reaches_it_through_the_next_worker(
     unready_url,
 ):
-    turns = caller_turns(6, "saffron")
-    await killed_while_the_store_refused(unready_url, turns)
-    next_worker(unready_url)
-    for caller in (ALICE, BOB):
-        keys = [memory.exchange_key(caller, f"user_{n}") for n in range(len(turns))]
-        assert stored(unready_url, caller) == sorted(zip(keys, turns, strict=True))
+    await a_killed_call_reaches_the_store_through_the_next_worker(
+        unready_url, lambda: refusing(unready_url), lambda c: stored(unready_url, c)
+    )
 
 
 async def test_an_erasure_after_the_kill_stops_that_callers_spooled_exchanges_only(
     unready_url,
 ):
-    turns = caller_turns(6, "marjoram")
-    await killed_while_the_store_refused(unready_url, turns)
-    erased = subprocess.run(
-        [sys.executable, "memory_admin.py", "forget", ALICE, "--yes"],
-        cwd=PROJECT,
-        env={**os.environ, "MEMORY_URL": unready_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    await an_erasure_after_the_kill_stops_that_callers_exchanges_only(
+        unready_url,
+        lambda: refusing(unready_url),
+        lambda c: stored(unready_url, c),
+        "marjoram",
     )
-    assert erased.returncode == 0, erased.stderr
-    next_worker(unready_url)
-    assert stored(unready_url, ALICE) == []
-    assert len(stored(unready_url, BOB)) == len(turns)  # only the erased caller's
 
 
 def ten_calls_with_200_waiting(store: memory.MemoryStore) -> list[memory.CallMemory]:

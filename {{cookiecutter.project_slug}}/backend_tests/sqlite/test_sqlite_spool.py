@@ -5,26 +5,22 @@ reaches it. Also: a damaged spool fails open, retention and erasure reach it."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
-import multiprocessing
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import memory
-from memory import outbox
+from memory import outbox, outbox_threads, spool
 from memory.sqlite_store import path_of
 from tests.doubles import make_exchange
-from tests.spool_worker import a_later_call, call_then_hang, caller_turns
-
-PROJECT = Path(__file__).resolve().parents[1]
-ALICE, BOB = "alice@example.com", "+15550100200"
-SPAWN = multiprocessing.get_context("spawn")
+from tests.spool_worker import (
+    ALICE,
+    a_killed_call_reaches_the_store_through_the_next_worker,
+    an_erasure_after_the_kill_stops_that_callers_exchanges_only,
+)
 
 
 def stored(path: Path, caller_id: str) -> list[tuple[str, str]]:
@@ -36,69 +32,37 @@ def stored(path: Path, caller_id: str) -> list[tuple[str, str]]:
         ).fetchall()
 
 
-async def killed_while_the_store_refused(store_url: str, turns: list[str]) -> Path:
-    """A worker runs a call while another process holds the memory file's write
-    lock (the store refuses every write), and is killed with SIGKILL mid-call; the
-    lock is then released. Returns the memory file's path."""
-    path = path_of(store_url)
+@contextlib.asynccontextmanager
+async def refusing(store_url: str) -> AsyncIterator[None]:
+    """Another process holds the memory file's write lock (every other writer
+    waits, then fails) until this exits."""
     first = memory.open_store(store_url)  # the file, with its schema
     await first.close()
-    lock = sqlite3.connect(path, isolation_level=None)
-    lock.execute("BEGIN EXCLUSIVE")  # every other writer waits, then fails
+    lock = sqlite3.connect(path_of(store_url), isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
     try:
-        ready = SPAWN.Event()
-        worker = SPAWN.Process(
-            target=call_then_hang, args=(store_url, [ALICE, BOB], turns, ready, {})
-        )
-        worker.start()
-        assert await asyncio.to_thread(ready.wait, 60)
-        await asyncio.sleep(0.3)
-        assert worker.pid is not None
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.join(10)
-        assert worker.exitcode == -signal.SIGKILL
+        yield
     finally:
         lock.execute("ROLLBACK")
         lock.close()
-    assert stored(path, ALICE) == stored(path, BOB) == []  # it took nothing
-    return path
-
-
-def next_worker(store_url: str) -> None:
-    later = SPAWN.Process(target=a_later_call, args=(store_url, {}))
-    later.start()
-    later.join(60)
-    assert later.exitcode == 0
 
 
 async def test_a_call_the_store_refused_throughout_then_killed_reaches_it_through_the_next_worker(
     store_url,
 ):
-    turns = caller_turns(6, "saffron")
-    path = await killed_while_the_store_refused(store_url, turns)
-    next_worker(store_url)
-    for caller in (ALICE, BOB):
-        keys = [memory.exchange_key(caller, f"user_{n}") for n in range(len(turns))]
-        assert stored(path, caller) == sorted(zip(keys, turns, strict=True))
+    path = path_of(store_url)
+    await a_killed_call_reaches_the_store_through_the_next_worker(
+        store_url, lambda: refusing(store_url), lambda c: stored(path, c)
+    )
 
 
 async def test_an_erasure_after_the_kill_stops_that_callers_spooled_exchanges_only(
     store_url,
 ):
-    turns = caller_turns(6, "marjoram")
-    path = await killed_while_the_store_refused(store_url, turns)
-    erased = subprocess.run(
-        [sys.executable, "memory_admin.py", "forget", ALICE, "--yes"],
-        cwd=PROJECT,
-        env={**os.environ, "MEMORY_URL": store_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    path = path_of(store_url)
+    await an_erasure_after_the_kill_stops_that_callers_exchanges_only(
+        store_url, lambda: refusing(store_url), lambda c: stored(path, c), "marjoram"
     )
-    assert erased.returncode == 0, erased.stderr
-    next_worker(store_url)
-    assert stored(path, ALICE) == []
-    assert len(stored(path, BOB)) == len(turns)  # only the erased caller's stop
     for name in (Path(f"{path}-spool"), Path(f"{path}-spool-wal")):
         if name.exists():
             assert b"marjoram" not in name.read_bytes(), name
@@ -153,4 +117,29 @@ async def test_the_spool_keeps_nothing_past_the_retention_of_its_kind(
     monkeypatch.undo()
     assert await store.flush(1.0) == 0
     assert await store.exchanges(ALICE) == []
+    await store.close()
+
+
+async def test_a_flush_returns_once_what_waits_in_the_spool_is_fsynced(
+    store_url, monkeypatch
+):
+    synced: list[str] = []
+    sync = outbox_threads.sync_wal
+
+    def counted(path: Path) -> None:
+        sync(path)
+        synced.append(path.name)
+
+    monkeypatch.setattr(outbox_threads, "sync_wal", counted)
+    monkeypatch.setattr(spool, "SYNC_WINDOW", 60.0)  # no timed fsync in this test
+    store = memory.open_store(store_url)
+
+    async def refused(exchange):
+        raise memory.StoreUnavailableError("the store refuses writes")
+
+    monkeypatch.setattr(store.store, "save", refused)
+    await store.save(make_exchange(1, text="my code is 4411"))
+    assert synced == []  # committed: a killed worker would not lose it
+    assert await store.flush(0.3) == 1  # it waits in the spool, on the disk now
+    assert synced == [f"{path_of(store_url).name}-spool"]
     await store.close()
