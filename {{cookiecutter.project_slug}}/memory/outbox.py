@@ -324,5 +324,3 @@ def row_of(r: Any) -> Row:
     """The Row of an ``items`` row selected as ``Outbox.rows`` selects it."""
     item = Item(r[1], r[0], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
     return Row(item, r[7], r[8], r[9], r[10])
-
-
