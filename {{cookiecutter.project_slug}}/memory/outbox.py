@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import outbox_erase
+from . import outbox_erase, outbox_file
 from .errors import StoreUnavailableError
 from .outbox_items import KIND_OF, Item, Row, Tombstones
 
@@ -127,6 +127,12 @@ class Outbox:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._generation = 0  # up by one at each close: threads' connections renew
+        self.open()
+
+    def open(self) -> None:
+        """Open (or make) the file at ``path``; ``identity`` is the file opened."""
+        path = self.path
         path.parent.mkdir(parents=True, exist_ok=True)
         # Job processes that start together all open the file: switching a new file to
         # WAL takes a lock the busy timeout does not wait for, so wait here.
@@ -146,20 +152,21 @@ class Outbox:
             (now - KEEP_DELIVERED,),
         )
         self.db.execute("DELETE FROM tombstones WHERE at < ?", (now - KEEP_TOMBSTONES,))
+        self.identity = outbox_file.identity(path)
 
     @property
     def db(self) -> sqlite3.Connection:
         """This thread's connection (sqlite3 objects stay on the thread that made them;
         check_same_thread=False only so ``close`` can close them all)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or self._local.generation != self._generation:
             conn = sqlite3.connect(
                 self.path, timeout=5.0, isolation_level=None, check_same_thread=False
             )
             conn.execute(f"PRAGMA synchronous={'FULL' if self.synced else 'NORMAL'}")
             if not self.keeps_record:
                 conn.execute("PRAGMA secure_delete=ON")
-            self._local.conn = conn
+            self._local.conn, self._local.generation = conn, self._generation
             with self._lock:
                 self._connections.append(conn)
         return conn
@@ -292,6 +299,7 @@ class Outbox:
 
     def close(self) -> None:
         with self._lock:
+            self._generation += 1
             for conn in self._connections:
                 conn.close()
             self._connections.clear()

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from . import outbox_file
 from .errors import FAIL_OPEN, StoreUnavailableError
 from .outbox import Outbox
 from .outbox_items import Item, Row
@@ -135,10 +136,25 @@ class OutboxThreads:
     async def sync(self) -> None:
         """Return once every commit made so far is on the disk (``sync_wal``;
         nothing to do when each commit is). Raises OSError when the fsync fails."""
+        loop = asyncio.get_running_loop()
+        if not self.closed:  # what waits for the fsync is in the file the path names
+            await loop.run_in_executor(self._executor, self._check_file)
         if not self.outbox.synced:
-            await asyncio.get_running_loop().run_in_executor(
-                self._syncer, sync_wal, self.outbox.path
-            )
+            await loop.run_in_executor(self._syncer, sync_wal, self.outbox.path)
+
+    def _check_file(self) -> None:
+        # on the writer thread: the file deleted, replaced or damaged while in use
+        kept = outbox_file.renew(self.outbox)
+        if kept is None:
+            return
+        logger.error(
+            "memory: %s was deleted, replaced or damaged while in use; a new file "
+            "there holds %s",
+            self.outbox.path,
+            f"the {kept} undelivered write(s) it had"
+            if kept >= 0
+            else "what comes next (what the old one held could not be read: lost)",
+        )
 
     def _commit_batch(self) -> None:
         with self._batch_lock:
@@ -149,6 +165,7 @@ class OutboxThreads:
         items = {(i.caller_id, i.id): i for i, _, _ in batch}
         leases = {(i.caller_id, i.id): lease for i, lease, _ in batch if lease}
         try:
+            self._check_file()
             for leased in self.outbox.put_all(list(items.values()), None, leases):
                 held[leased.item.caller_id, leased.item.id] = leased
         except FAIL_OPEN as exc:  # handed to every put waiting for this batch

@@ -136,3 +136,48 @@ async def test_the_hosted_outbox_fsyncs_every_put_before_it_returns(tmp_path):
     assert io.outbox.synced
     assert io.outbox.db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
     await io.close()
+
+
+def _damage(path: Path, how: str) -> None:
+    files = [path.with_name(path.name + s) for s in ("", "-wal", "-shm")]
+    for f in files:
+        if not f.exists():
+            continue
+        if how == "deleted":  # `rm data/*` while the worker runs
+            f.unlink()
+        elif how == "truncated" and f.name == path.name:
+            f.write_bytes(b"")
+        elif how == "overwritten" and f.name == path.name:
+            with f.open("r+b") as out:  # in place: the same inode
+                out.write(b"\x5a" * f.stat().st_size)
+
+
+@pytest.mark.parametrize("how", ["deleted", "truncated", "overwritten"])
+async def test_a_spool_deleted_or_damaged_in_use_keeps_what_waits_in_it(
+    tmp_path, how, caplog
+):
+    # Measured before: with the store refusing writes, a spool deleted mid-call
+    # took all 11 exchanges of the call with it, and the call logged them as saved
+    # (the open connection wrote on into the deleted file).
+    path = tmp_path / "memory.db-spool"
+    io = OutboxThreads(path, keeps_record=False, sync_window=0.05)
+    said = [
+        Item.of_exchange(make_exchange(n, BOB, text=f"turn {n}")) for n in range(10)
+    ]
+    await io.put(said[:5])  # waiting: the store refuses writes
+    await io.sync()
+    _damage(path, how)
+    for item in said[5:]:
+        await io.put([item])
+    await io.sync()
+    await io.close()
+    after = OutboxThreads(path, keeps_record=False)  # the next worker's view
+    rows, _ = await after.read(after.outbox.rows, BOB, ("exchange",))
+    await after.close()
+    kept = {r.item.id for r in rows if r.pending}
+    (error,) = [r.message for r in caplog.records if r.levelname == "ERROR"]
+    assert "damaged while in use" in error
+    assert {i.id for i in said[5:]} <= kept  # what came after: in the new file
+    if "lost" not in error:  # what the old file held, read back from it
+        assert kept == {i.id for i in said}, (how, error)
+    assert how != "deleted" or kept == {i.id for i in said}
