@@ -64,6 +64,8 @@ class SQLiteFile:
         # first connection has checked (and migrated) it. A change of file bumps
         # the generation: every connection of an older one is closed.
         self._file: tuple[int, int] | None = None
+        # its -wal and -shm, the same way: those a change of file leaves behind
+        self._logs: tuple[tuple[int, int] | None, ...] = (None, None)
         self.generation = 0
         # Set while a big file of an older schema is upgraded after the store opened
         # (``upgrade_in_background``): why reads and writes are refused meanwhile.
@@ -106,10 +108,16 @@ class SQLiteFile:
             old.close()  # a query running on it fails, and its caller retries
         self._connections.clear()
         # SQLite leaves the old file's write-ahead log and index at the path when the
-        # file went under it; the new file would read them as its own.
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(f"{self.path}{suffix}")
+        # file went under it; a new file would read them as its own. Only those the
+        # old file had: another process may have made the new file and its log
+        # already (removing that lost what the process had just saved).
+        for suffix, old_file in zip(("-wal", "-shm"), self._logs, strict=True):
+            if (
+                old_file is not None
+                and _identity(Path(f"{self.path}{suffix}")) == old_file
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(f"{self.path}{suffix}")
         self.generation += 1
         self._file = None
 
@@ -135,6 +143,10 @@ class SQLiteFile:
             if self._file is None:
                 self._migrate(conn)
                 self._file = _identity(self.path)
+                self._logs = (
+                    _identity(Path(f"{self.path}-wal")),
+                    _identity(Path(f"{self.path}-shm")),
+                )
         except BaseException:
             conn.close()
             raise
