@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import re
+from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import FAIL_OPEN, InvalidStoreUrlError, StoreUnavailableError
@@ -207,7 +208,25 @@ def open_store(
         return _open(url, create)
     except FAIL_OPEN as exc:
         logger.error("memory: calls go on without memory: %s", exc)
-        return UnopenedStore(str(exc))
+        return _spooled_unopened(url, UnopenedStore(str(exc)))
+
+
+def _spooled_unopened(url: str | None, store: UnopenedStore) -> MemoryStore:
+    # A SQLite memory file that cannot be opened (damaged, locked past the wait)
+    # still has its spool beside it: what calls save waits there, and a later
+    # process delivers it once the file is mended, rather than going nowhere.
+    url = (url if url is not None else os.getenv("MEMORY_URL", "")).strip()
+    url = url or default_url()
+    if url.split(":", 1)[0].split("+", 1)[0].lower() != "sqlite":
+        return store
+    from .spool import spooled  # here: spool imports this module
+    from .sqlite_store import path_of
+
+    try:
+        store.path = path_of(url)
+    except FAIL_OPEN:  # not a SQLite URL after all: no place for a spool
+        return store
+    return spooled(store)
 
 
 def _open(url: str | None, create: bool) -> MemoryStore:
@@ -331,6 +350,7 @@ class UnopenedStore(NoStore):
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+        self.path: Path | None = None  # a SQLite store's file: its spool goes beside
 
     def _refuse(self) -> StoreUnavailableError:
         return StoreUnavailableError(f"the store was not opened: {self.reason}")

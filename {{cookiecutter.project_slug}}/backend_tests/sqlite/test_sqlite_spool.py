@@ -86,6 +86,28 @@ async def test_a_damaged_spool_file_fails_open_with_one_error(store_url, caplog)
     assert len(spool_errors) == 1 and spool_errors[0].levelno == logging.ERROR
 
 
+async def test_a_memory_file_that_cannot_be_opened_keeps_the_calls_words_in_its_spool(
+    store_url,
+):
+    # Measured before: with the memory file damaged, every worker ran its calls
+    # without memory and their words went nowhere (the spool was not opened either).
+    path = path_of(store_url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"saved by another tool, not SQLite " * 200)
+    store = memory.open_store(store_url, fail_open=True)
+    call = memory.CallMemory(store, ALICE, "call-1")
+    call.capture("user", "user_1", "my locker is number 12", created_at=1000.0)
+    call.capture("assistant", "reply_1", "Noted.", created_at=1000.5)
+    await call.aclose()
+    await store.close()
+    path.unlink()  # the operator moves the damaged file away
+    mended = memory.open_store(store_url)
+    assert await mended.flush(10.0) == 0
+    stored = await mended.store.exchanges(ALICE)
+    await mended.close()
+    assert [e.user_text for e in stored] == ["my locker is number 12"]
+
+
 async def test_a_full_spool_fails_open_the_store_takes_the_save(
     store_url, monkeypatch, caplog
 ):
