@@ -39,7 +39,7 @@ stores import only the modules below the store interface):
   command), and over HTTP ``hosted`` (+ ``hosted_http``, ``hosted_delivery``,
   ``hosted_merge``) and ``outbox`` (+ ``outbox_items``, ``outbox_ledger``,
   ``outbox_erase``: its forgetting, ``outbox_threads``: its threads and group
-  commit, ``outbox_file``: the file deleted or damaged in use) with ``supermemory_store``, ``mem0_store``, ``zep_store``; ``spool``
+  commit, ``outbox_file``: the file deleted or replaced in use) with ``supermemory_store``, ``mem0_store``, ``zep_store``; ``spool``
   (what a call saves is on the worker's disk first: the outbox and its delivery,
   for the SQLite and PostgreSQL stores; a hosted store's outbox is its spool).
 

@@ -7,10 +7,11 @@ does not notice: a deleted file's open connection keeps writing into an inode no
 other process will ever read, so every write "succeeds" and dies with the process
 (measured: a call spooled while its store refused writes lost all 11 exchanges,
 and logged them as saved). So before each group commit, and before each fsync of a
-window, the writer thread checks that the path still names the file it opened and
-that the file still starts with SQLite's header; when not, it reads back what the
-open connection still can (the undelivered rows and the erasure marks), makes a
-new file at the path, writes them into it, and logs one ERROR.
+window, the writer thread checks that the path still names the file it opened (its
+inode); when not, it reads back what the open connection still can (the
+undelivered rows and the erasure marks), goes on in the file now at the path (a new
+one if there is none), writes them into it, and logs one ERROR. A file truncated or
+overwritten in place keeps its inode and is not noticed here.
 
 Units: none (paths and counts).
 """
@@ -25,42 +26,38 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .outbox import Outbox
 
-HEADER = b"SQLite format 3\x00"
-"""The first 16 bytes of every SQLite database file (sqlite.org/fileformat.html,
-1.3 "The Database Header")."""
-
 Identity = tuple[int, int]
 
 
 def identity(path: Path) -> Identity | None:
-    """(device, inode) of the SQLite file at ``path``; None when there is none, or
-    what is there is not a database (truncated, overwritten)."""
+    """(device, inode) of the file at ``path``; None when there is none. By
+    ``os.stat`` only: opening and closing the file here would drop every lock
+    SQLite holds on it in this process (POSIX advisory locks go with any close:
+    sqlite.org/howtocorrupt.html, 2.2), and another process could then delete the
+    write-ahead log under this one."""
     try:
-        with path.open("rb") as f:
-            if f.read(len(HEADER)) != HEADER:
-                return None
-            found = os.fstat(f.fileno())
+        found = os.stat(path)
     except OSError:
         return None
     return (found.st_dev, found.st_ino)
 
 
-def _remove_damaged(path: Path) -> None:
-    # Only what is not a database: a file another process has just made anew is
-    # kept (it re-checks right before each unlink), and a stale -wal must not be
-    # applied to a new main file.
-    for name in (path.name, path.name + "-wal", path.name + "-shm"):
+def _remove_stale_logs(path: Path) -> None:
+    # The deleted file's -wal and -shm must not be read as a new file's; but once
+    # another process has made the new file, they are its own (re-checked right
+    # before each unlink).
+    for name in (path.name + "-wal", path.name + "-shm"):
         if identity(path) is None:
             (path.parent / name).unlink(missing_ok=True)
 
 
 def renew(outbox: Outbox) -> int | None:
-    """None when ``outbox.path`` is still the file ``outbox`` opened. Else the
-    outbox continues in the file now at the path (a new one unless another process
-    has made it already), holding the undelivered rows and the tombstones this
-    process could still read from the old one; returns how many rows (-1: the old
-    file could not be read at all, and what it held is lost). Runs on the writer
-    thread."""
+    """None when ``outbox.path`` is still the file ``outbox`` opened. Else (deleted
+    or replaced) the outbox continues in the file now at the path (a new one unless
+    another process has made it already), holding the undelivered rows and the
+    tombstones this process could still read from the old one; returns how many
+    rows (-1: the old file could not be read, and what it held is lost). Runs on the
+    writer thread."""
     if identity(outbox.path) == outbox.identity:
         return None
     # lazily: outbox.py imports this module
@@ -81,7 +78,7 @@ def renew(outbox: Outbox) -> int | None:
         kept = len(rows)
     outbox.close()
     if identity(outbox.path) is None:
-        _remove_damaged(outbox.path)
+        _remove_stale_logs(outbox.path)
     outbox.open()
     with outbox.transaction() as new:
         new.executemany(

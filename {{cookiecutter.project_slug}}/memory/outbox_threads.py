@@ -143,12 +143,12 @@ class OutboxThreads:
             await loop.run_in_executor(self._syncer, sync_wal, self.outbox.path)
 
     def _check_file(self) -> None:
-        # on the writer thread: the file deleted, replaced or damaged while in use
+        # on the writer thread: the file deleted or replaced while in use
         kept = outbox_file.renew(self.outbox)
         if kept is None:
             return
         logger.error(
-            "memory: %s was deleted, replaced or damaged while in use; a new file "
+            "memory: %s was deleted or replaced while in use; the file now "
             "there holds %s",
             self.outbox.path,
             f"the {kept} undelivered write(s) it had"

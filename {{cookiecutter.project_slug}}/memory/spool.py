@@ -42,8 +42,8 @@ the hosted backends (outbox.py, delivered by hosted_delivery.py), generalised.
   cut after a forget.
 - Retention: delivered rows go at once; ``purge`` purges the spool too, so no
   undelivered row outlives the retention of its kind.
-- A spool file deleted, replaced or damaged while in use (``rm data/*``, another
-  tool) is noticed before the next commit and the next fsync: what it held that
+- A spool file deleted or replaced while in use (``rm data/*``, another tool)
+  is noticed before the next commit and the next fsync: what it held that
   the open file still reads goes into a new file at its path (``outbox_file``;
   one ERROR).
 - Fail open: a spool file that cannot be opened (damaged, unwritable) or refuses
