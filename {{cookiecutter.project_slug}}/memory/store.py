@@ -215,9 +215,8 @@ def _spooled_unopened(url: str | None, store: UnopenedStore) -> MemoryStore:
     # A SQLite memory file that cannot be opened (damaged, locked past the wait)
     # still has its spool beside it: what calls save waits there, and a later
     # process delivers it once the file is mended, rather than going nowhere.
-    url = (url if url is not None else os.getenv("MEMORY_URL", "")).strip()
-    url = url or default_url()
-    if url.split(":", 1)[0].split("+", 1)[0].lower() != "sqlite":
+    url = _url(url, log=False)
+    if _scheme(url) != "sqlite":
         return store
     from .spool import spooled  # here: spool imports this module
     from .sqlite_store import path_of
@@ -229,12 +228,24 @@ def _spooled_unopened(url: str | None, store: UnopenedStore) -> MemoryStore:
     return spooled(store)
 
 
-def _open(url: str | None, create: bool) -> MemoryStore:
+def _url(url: str | None, *, log: bool = True) -> str:
+    # the URL given, else MEMORY_URL, else the project's default
     url = (url if url is not None else os.getenv("MEMORY_URL", "")).strip()
     if not url:
         url = default_url()
-        logger.info("memory: MEMORY_URL is unset; the project's default: %s", url)
-    scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+        if log:
+            logger.info("memory: MEMORY_URL is unset; the project's default: %s", url)
+    return url
+
+
+def _scheme(url: str) -> str:
+    # the backend's name in a URL: "postgresql+psycopg://" is "postgresql"
+    return url.split(":", 1)[0].split("+", 1)[0].lower()
+
+
+def _open(url: str | None, create: bool) -> MemoryStore:
+    url = _url(url)
+    scheme = _scheme(url)
     if ":" not in url or not re.fullmatch(r"[a-z][a-z0-9]*", scheme):
         raise InvalidStoreUrlError(
             f"MEMORY_URL {redact_url(url)!r} is not a URL such as "

@@ -17,9 +17,11 @@ import dataclasses
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import memory
+from memory import outbox_threads
 
 METHODS = {
     name
@@ -317,3 +319,16 @@ def make_exchange(
         item_ids=(f"item_{n}",),
         created_at=time.time() + n * 1e-3 if at is None else at,
     )
+
+
+def counting_syncs(monkeypatch) -> list[str]:
+    """Every fsync of an outbox file (``outbox_threads.sync_wal``), by its name."""
+    synced: list[str] = []
+    sync = outbox_threads.sync_wal
+
+    def counted(path: Path) -> None:
+        sync(path)
+        synced.append(path.name)
+
+    monkeypatch.setattr(outbox_threads, "sync_wal", counted)
+    return synced

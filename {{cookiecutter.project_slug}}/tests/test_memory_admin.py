@@ -24,8 +24,15 @@ ALICE, BOB = "alice@example.com", "+15550100200"
 
 
 def admin(store_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return _operator(store_url, ["memory_admin.py", *args], env)
+
+
+def _operator(
+    store_url: str, argv: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    # Python with these arguments, run as an operator runs memory_admin.py
     return subprocess.run(
-        [sys.executable, "memory_admin.py", *args],
+        [sys.executable, *argv],
         cwd=PROJECT,
         env={**os.environ, "MEMORY_URL": store_url, **env},
         capture_output=True,
@@ -325,14 +332,7 @@ def admin_with_clock_behind(store_url: str, seconds: float, *args: str):
         f"sys.argv = ['memory_admin.py', *{list(args)!r}]\n"
         "runpy.run_path('memory_admin.py', run_name='__main__')\n"
     )
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=PROJECT,
-        env={**os.environ, "MEMORY_URL": store_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return _operator(store_url, ["-c", code], {})
 
 
 async def test_an_erasure_from_a_machine_whose_clock_is_behind_reaches_the_live_call(

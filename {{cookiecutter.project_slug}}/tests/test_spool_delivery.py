@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from memory import outbox, outbox_threads
+from memory import outbox
 from memory.hosted_delivery import Delivery
 from memory.outbox_items import Item
 from memory.outbox_ledger import Ledger
 from memory.outbox_threads import OutboxThreads
-from tests.doubles import make_exchange
+from tests.doubles import counting_syncs, make_exchange
 
 ALICE, BOB = "alice@example.com", "+15550100200"
 
@@ -91,19 +91,6 @@ async def test_a_round_cut_short_while_it_claims_gives_back_what_it_claimed_at_o
         await asyncio.sleep(0.01)
     assert (target.items, target.deleted) == ([bob.key], [ALICE])
     await io.close()
-
-
-def counting_syncs(monkeypatch) -> list[str]:
-    """Every fsync of an outbox file (``outbox_threads.sync_wal``), by its name."""
-    synced: list[str] = []
-    sync = outbox_threads.sync_wal
-
-    def counted(path: Path) -> None:
-        sync(path)
-        synced.append(path.name)
-
-    monkeypatch.setattr(outbox_threads, "sync_wal", counted)
-    return synced
 
 
 async def test_what_many_calls_spool_at_once_is_fsynced_once_within_the_window(

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import memory
-from memory import outbox, outbox_threads, spool
+from memory import outbox, spool
 from memory.sqlite_store import path_of
-from tests.doubles import make_exchange
+from tests.doubles import counting_syncs, make_exchange
 from tests.spool_worker import (
     ALICE,
     a_killed_call_reaches_the_store_through_the_next_worker,
@@ -145,14 +145,7 @@ async def test_the_spool_keeps_nothing_past_the_retention_of_its_kind(
 async def test_a_flush_returns_once_what_waits_in_the_spool_is_fsynced(
     store_url, monkeypatch
 ):
-    synced: list[str] = []
-    sync = outbox_threads.sync_wal
-
-    def counted(path: Path) -> None:
-        sync(path)
-        synced.append(path.name)
-
-    monkeypatch.setattr(outbox_threads, "sync_wal", counted)
+    synced = counting_syncs(monkeypatch)
     monkeypatch.setattr(spool, "SYNC_WINDOW", 60.0)  # no timed fsync in this test
     store = memory.open_store(store_url)
 

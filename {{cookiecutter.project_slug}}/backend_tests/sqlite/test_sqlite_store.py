@@ -358,6 +358,14 @@ def _insert_old_exchange(
     )
 
 
+def _old_file_of_20_trips(path: Path) -> None:
+    # a file of schema 3 with 20 exchanges ("Trip n to Porto.")
+    conn = _file_at(path, 3)
+    for n in range(20):
+        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
+    conn.close()
+
+
 def _big_old_file_locked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Path, sqlite3.Connection]:
@@ -366,10 +374,7 @@ def _big_old_file_locked(
     # another process's connection holding its write lock (BEGIN IMMEDIATE).
     monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
     path = tmp_path / "v3.db"
-    conn = _file_at(path, 3)
-    for n in range(20):
-        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
-    conn.close()
+    _old_file_of_20_trips(path)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     return path, holder
@@ -1134,10 +1139,7 @@ async def test_memory_admin_upgrade_upgrades_a_big_file_that_open_leaves_for_lat
 ):
     monkeypatch.setattr(sqlite_store, "UPGRADE_IN_OPEN_ROWS", 5)
     path = tmp_path / "v3.db"
-    conn = _file_at(path, 3)
-    for n in range(20):
-        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
-    conn.close()
+    _old_file_of_20_trips(path)
     with caplog.at_level(logging.WARNING, logger="memory"):
         store = sqlite_store.SQLiteStore.open(path)
         await _until_upgraded(store)
@@ -1147,10 +1149,7 @@ async def test_memory_admin_upgrade_upgrades_a_big_file_that_open_leaves_for_lat
     ]
     assert "uv run memory_admin.py upgrade" in said
     path = tmp_path / "v3-again.db"
-    conn = _file_at(path, 3)
-    for n in range(20):
-        _insert_old_exchange(conn, n, f"Trip {n} to Porto.", "Nice.")
-    conn.close()
+    _old_file_of_20_trips(path)
     monkeypatch.setenv("MEMORY_URL", f"sqlite:///{path}")
     import memory_admin
 
