@@ -41,7 +41,8 @@ stores import only the modules below the store interface):
   ``outbox_erase``: its forgetting, ``outbox_threads``: its threads and group
   commit, ``outbox_file``: the file deleted or replaced in use) with ``supermemory_store``, ``mem0_store``, ``zep_store``; ``spool``
   (what a call saves is on the worker's disk first: the outbox and its delivery,
-  for the SQLite and PostgreSQL stores; a hosted store's outbox is its spool).
+  for the SQLite and PostgreSQL stores; a hosted store's outbox is its spool; +
+  ``spool_target``: the store written through, and forgotten again).
 
 Units: times are seconds, sizes are characters.
 """

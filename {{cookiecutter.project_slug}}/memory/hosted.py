@@ -137,7 +137,7 @@ class Service:
         raise NotImplementedError
 
     async def put_all(self, items: list[Item]) -> None:
-        """Only for a ``batched`` target (spool.StoreTarget); a service puts each."""
+        """Only for a ``batched`` target (spool_target.StoreTarget); a service puts each."""
         raise NotImplementedError
 
     async def search(self, caller_id: str, query: str, limit: int) -> list[Item]:

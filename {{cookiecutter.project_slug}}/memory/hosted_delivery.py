@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import (
@@ -26,7 +27,7 @@ from .errors import (
     StoreUnavailableError,
 )
 from .outbox import MAX_PENDING
-from .outbox_items import Row
+from .outbox_items import Row, Tombstones
 from .outbox_ledger import Ledger
 from .outbox_threads import OutboxThreads
 
@@ -55,7 +56,7 @@ class Paced(Protocol):
 
 class Target(Protocol):
     """Where delivery writes: a hosted ``Service`` (hosted.py) or a local store's
-    ``StoreTarget`` (spool.py)."""
+    ``StoreTarget`` (spool_target.py)."""
 
     name: str
     claim: int  # rows one round takes
@@ -85,7 +86,14 @@ class Delivery:
         http: Paced,
         io: OutboxThreads,
         ledger: Ledger,
+        *,
+        forget_again: Callable[[list[Row], dict[str, Tombstones]], Awaitable[None]]
+        | None = None,
     ) -> None:
+        # forget_again: what a batched target does, once a batch's delivery is
+        # recorded, with the callers' tombstones read in that record's transaction
+        # (``Ledger.delivered_all``; spool.py)
+        self._forget_again = forget_again
         self._service = service
         self._http = http
         self._io = io
@@ -179,7 +187,9 @@ class Delivery:
             retry = self._retry_in(exc, max(r.attempts for r in rows))
             await self._io.write(self._ledger.failed_all, rows, exc, retry)
         else:
-            await self._io.write(self._ledger.delivered_all, rows)
+            marks = await self._io.grouped(self._ledger.delivered_all, rows)
+            if marks and self._forget_again is not None:
+                await self._forget_again(rows, marks)
 
     async def _put(self, row: Row) -> None:
         try:

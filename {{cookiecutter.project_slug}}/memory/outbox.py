@@ -218,18 +218,56 @@ class Outbox:
             callers = {i.caller_id for i in items if i.kind == "exchange"}
             # each caller's erasure time, read once per batch
             erased = {c: outbox_erase.erased_before(db, c) for c in callers}
+            leases = dict(leases or {})
+            held = []
             for item in items:
                 if item.kind == "exchange" and item.at <= erased[item.caller_id]:
                     continue  # said before its caller was forgotten: a late save
-                self._put(db, item, now)
-            return _leased(db, leases or {}, now)
+                key = (item.caller_id, item.id)
+                row = self._put(db, item, now, leases.get(key))
+                if row is not None:
+                    held.append(row)
+                    del leases[key]
+            return held + _leased(db, leases, now)
 
-    def _put(self, db: sqlite3.Connection, item: Item, now: float) -> None:
+    def _put(
+        self,
+        db: sqlite3.Connection,
+        item: Item,
+        now: float,
+        lease: tuple[str, float] | None = None,
+    ) -> Row | None:
+        # the new row, when it is new and ``lease`` (process, until) was asked:
+        # leased as it is written (one statement, the usual case of a save)
         settle = (
             SETTLE
             if item.kind == "exchange" and not item.data["assistant_text"]
             else 0.0
         )
+        values = (
+            item.caller_id,
+            item.id,
+            item.kind,
+            item.call_id,
+            item.at,
+            json.dumps(item.data, sort_keys=True),
+            now + settle,
+            now,
+        )
+        if lease is not None:
+            new = db.execute(
+                """INSERT INTO items (caller_id, id, kind, call_id, at, data, next_at,
+                                      queued_at, lease, lease_until, attempts)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+                   ON CONFLICT (caller_id, id) DO NOTHING""",
+                (*values, *lease),
+            ).rowcount
+            if new:
+                # as ``row_of`` would read it back: version 1, nothing delivered yet
+                fresh = Item(
+                    item.id, item.caller_id, item.kind, item.call_id, item.at, item.data
+                )
+                return Row(fresh, 1, 0, None, 1)
         db.execute(
             """INSERT INTO items (caller_id, id, kind, call_id, at, data, next_at, queued_at)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -238,17 +276,9 @@ class Outbox:
                    version = version + 1, attempts = 0, next_at = excluded.next_at,
                    queued_at = excluded.queued_at, rejected = 0, error = NULL
                WHERE data IS NOT excluded.data""",
-            (
-                item.caller_id,
-                item.id,
-                item.kind,
-                item.call_id,
-                item.at,
-                json.dumps(item.data, sort_keys=True),
-                now + settle,
-                now,
-            ),
+            values,
         )
+        return None
 
     forget = outbox_erase.forget
     learn_erasure = outbox_erase.learn_erasure
@@ -269,16 +299,11 @@ class Outbox:
                       AND (delivered < version OR delivered_at > ?)))""",
             (caller_id, *kinds, fresh, time.time() - LAG_WINDOW),
         ).fetchall()
-        forgotten = self.db.execute(
-            "SELECT item_id, call_id FROM tombstones WHERE caller_id = ?",
-            (caller_id,),
-        ).fetchall()
-        tombstones = Tombstones(
-            frozenset(m[0] for m in forgotten if m[0]),
-            frozenset(m[1] for m in forgotten if m[1]),
-            outbox_erase.erased_before(self.db, caller_id),
-        )
-        return [row_of(r) for r in found], tombstones
+        return [row_of(r) for r in found], tombstones(self.db, caller_id)
+
+    def tombstones(self, caller_id: str) -> Tombstones:
+        """What was forgotten of the caller (``rows``' second half, alone)."""
+        return tombstones(self.db, caller_id)
 
     def callers(self, after: str, limit: int) -> list[str]:
         rows = self.db.execute(
@@ -303,6 +328,18 @@ class Outbox:
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
+
+
+def tombstones(db: sqlite3.Connection, caller_id: str) -> Tombstones:
+    """What the outbox's tombstones say was forgotten of the caller."""
+    forgotten = db.execute(
+        "SELECT item_id, call_id FROM tombstones WHERE caller_id = ?", (caller_id,)
+    ).fetchall()
+    return Tombstones(
+        frozenset(m[0] for m in forgotten if m[0]),
+        frozenset(m[1] for m in forgotten if m[1]),
+        outbox_erase.erased_before(db, caller_id),
+    )
 
 
 def _leased(

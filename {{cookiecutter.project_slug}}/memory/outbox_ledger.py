@@ -15,8 +15,8 @@ import time
 import uuid
 from typing import Any
 
-from .outbox import PENDING, Outbox, row_of
-from .outbox_items import Row
+from .outbox import PENDING, Outbox, row_of, tombstones
+from .outbox_items import Row, Tombstones
 
 LEASE = 30.0
 """Seconds a process holds the rows it is delivering; rows of a process that died
@@ -99,24 +99,34 @@ class Ledger:
                     (row.item.caller_id, json.dumps([[row.item.id, remote]])),
                 )
 
-    def delivered_all(self, rows: list[Row]) -> None:
+    def delivered_all(self, rows: list[Row]) -> dict[str, Tombstones]:
         """The target has these rows' versions (a local store: ``put_all``), recorded
         in one transaction. A spool that keeps no record (``Outbox.keeps_record``
-        False) deletes them at once, unless a newer version came meanwhile."""
+        False) deletes them at once, unless a newer version came meanwhile, and
+        returns what was forgotten of their callers (those with any tombstone),
+        read in the same transaction:
+        a forget that this does not see runs its store's forget after the write
+        (spool.py); {} for an outbox that keeps its record."""
         now = time.time()
+        mark = """UPDATE items SET delivered = ?, delivered_at = ?, attempts = 0,
+                      lease = NULL, lease_until = 0, error = NULL
+                  WHERE caller_id = ? AND id = ?"""
         with self.outbox.transaction() as db:
-            db.executemany(
-                """UPDATE items SET delivered = ?, delivered_at = ?, attempts = 0,
-                       lease = NULL, lease_until = 0, error = NULL
-                   WHERE caller_id = ? AND id = ?""",
-                [(r.version, now, r.item.caller_id, r.item.id) for r in rows],
-            )
-            if not self.outbox.keeps_record:
+            if self.outbox.keeps_record:
                 db.executemany(
-                    "DELETE FROM items WHERE caller_id = ? AND id = ? "
-                    "AND delivered >= version",
-                    [(r.item.caller_id, r.item.id) for r in rows],
+                    mark, [(r.version, now, r.item.caller_id, r.item.id) for r in rows]
                 )
+                return {}
+            for r in rows:
+                key = (r.item.caller_id, r.item.id)
+                gone = db.execute(
+                    "DELETE FROM items WHERE caller_id = ? AND id = ? AND version = ?",
+                    (*key, r.version),
+                ).rowcount
+                if not gone:  # a newer version came meanwhile: it is delivered next
+                    db.execute(mark, (r.version, now, *key))
+            found = {c: tombstones(db, c) for c in {r.item.caller_id for r in rows}}
+            return {c: marks for c, marks in found.items() if marks != Tombstones()}
 
     def release(self, rows: list[Row], deletes: list[int] | None = None) -> None:
         """Give back this process's leases of ``rows`` and of the queued deletes

@@ -33,12 +33,12 @@ Batched = tuple[Item, "tuple[str, float] | None", "asyncio.Future[Row | None]"]
 
 
 def _settle(
-    done: asyncio.Future[Row | None], row: Row | None, error: BaseException | None
+    done: asyncio.Future[Any], result: Any, error: BaseException | None
 ) -> None:
     if done.cancelled():
         return
     if error is None:
-        done.set_result(row)
+        done.set_result(result)
     else:
         done.set_exception(error)
 
@@ -61,6 +61,8 @@ class OutboxThreads:
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="memory-outbox-read")
         self._syncer = ThreadPoolExecutor(1, thread_name_prefix="memory-outbox-sync")
         self._batch: list[Batched] = []  # to commit next
+        # grouped writes waiting, by function: (rows, outcome) each
+        self._groups: dict[Any, list[tuple[list[Row], asyncio.Future[Any]]]] = {}
         self._batch_lock = threading.Lock()
         self.sync_window = sync_window
         self._sync_at: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = (
@@ -95,6 +97,37 @@ class OutboxThreads:
         )
         self._sync_later()
         return done
+
+    async def grouped(self, fn: Any, rows: list[Row]) -> Any:
+        """``fn(rows)`` on the writer thread, together with every other ``grouped``
+        call of ``fn`` waiting meanwhile: one call with all their rows (one
+        transaction; many calls' delivery records stay cheap). Returns what that
+        call returned; raises what it raised."""
+        if self.closed:
+            raise StoreUnavailableError("the memory store is closed")
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        with self._batch_lock:
+            waiting = self._groups.setdefault(fn, [])
+            first = not waiting
+            waiting.append((rows, done))
+        if first:
+            self._executor.submit(self._run_group, fn)
+        result = await done
+        self._sync_later()
+        return result
+
+    def _run_group(self, fn: Any) -> None:
+        with self._batch_lock:
+            group = self._groups.pop(fn, [])
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn([row for rows, _ in group for row in rows])
+        except FAIL_OPEN as exc:  # handed to every call waiting for this group
+            error = exc
+        for _, done in group:
+            with contextlib.suppress(RuntimeError):
+                done.get_loop().call_soon_threadsafe(_settle, done, result, error)
 
     async def put(
         self, items: list[Item], lease: tuple[str, float] | None = None

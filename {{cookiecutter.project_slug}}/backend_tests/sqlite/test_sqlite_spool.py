@@ -5,6 +5,7 @@ reaches it. Also: a damaged spool fails open, retention and erasure reach it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sqlite3
@@ -157,4 +158,39 @@ async def test_a_flush_returns_once_what_waits_in_the_spool_is_fsynced(
     assert synced == []  # committed: a killed worker would not lose it
     assert await store.flush(0.3) == 1  # it waits in the spool, on the disk now
     assert synced == [f"{path_of(store_url).name}-spool"]
+    await store.close()
+
+
+async def test_a_forget_while_a_save_is_written_through_leaves_nothing_of_it(
+    store_url, monkeypatch
+):
+    # A forget of the call reaches the spool and the store while the store is
+    # still taking the exchange; the write-through lands after it, reads the
+    # forget's tombstone as it records its delivery, and forgets again (a
+    # forget of the whole caller leaves a mark the store itself checks). Said
+    # after, in the next call: kept.
+    path = path_of(store_url)
+    store = memory.open_store(store_url)
+    save = store.store.save
+    writing, go = asyncio.Event(), asyncio.Event()
+
+    async def held(exchange):
+        writing.set()
+        await go.wait()
+        await save(exchange)
+
+    monkeypatch.setattr(store.store, "save", held)
+    saving = asyncio.create_task(store.save(make_exchange(1, text="my pin is 4411")))
+    await asyncio.wait_for(writing.wait(), 30)
+    # the spooled row; the store had nothing yet
+    assert await store.forget(ALICE, call_id="call-1") == 1
+    go.set()
+    await saving
+    monkeypatch.setattr(store.store, "save", save)
+    assert await store.flush(10.0) == 0
+    assert stored(path, ALICE) == []
+    after = make_exchange(2, text="call me on Tuesday", call_id="call-2")
+    await store.save(after)
+    assert await store.flush(10.0) == 0
+    assert stored(path, ALICE) == [(after.key, "call me on Tuesday")]
     await store.close()

@@ -1,0 +1,144 @@
+"""Where a local store's spool (spool.py) delivers: the store itself. The write-through
+of a save (the store written at once, then the spool's record of it) and the
+delivery loop's batches (``hosted_delivery.Delivery``) both go through
+``StoreTarget``; a forget that ran while they were written is forgotten again.
+
+Units: seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .errors import FAIL_OPEN
+from .hosted_delivery import BACKOFF
+from .outbox_items import Item, Row, Tombstones
+from .outbox_ledger import Ledger
+from .outbox_threads import OutboxThreads
+from .store import MemoryStore
+
+logger = logging.getLogger("memory")
+
+BATCH = 256
+"""Rows one delivery round takes (one caller's go in one ``save_many``)."""
+
+
+class StoreTarget:
+    """Where a ``SpooledStore``'s delivery writes: the store itself, one caller's
+    batch at a time (see ``hosted_delivery.Delivery``)."""
+
+    claim = BATCH
+    batched = True
+    retries_at_close = True  # a store that is back takes every row at a call's end
+    paused_until = 0.0  # no rate limit to wait for (``hosted_delivery.Paced``)
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        io: OutboxThreads,
+        ledger: Ledger,
+        spool_failed: Callable[[BaseException], None],
+    ) -> None:
+        self.store = store
+        self.name = type(store).__name__
+        self.refusing = False  # the last write failed: no write-through until one works
+        self._io = io
+        self._ledger = ledger
+        self._spool_failed = spool_failed  # the spool file refused its record
+
+    async def write_through(
+        self, rows: list[Row], written: asyncio.Future[None]
+    ) -> None:
+        """Write ``rows``, which this process has leased, to the store now, and
+        record the outcome: delivered (then ``forget_again``), or failed (the
+        delivery loop tries them after ``BACKOFF[0]``). ``written`` is set once
+        the store has answered: a save waits for that alone."""
+        # The record is asked of the writer thread before the save resumes, so a
+        # forget this process asks for next comes after it there, and its
+        # tombstones never make this write-through forget again.
+        try:
+            await self.put_all([r.item for r in rows])
+        except FAIL_OPEN as exc:  # it waits in the spool: the loop tries it later
+            written.set_result(None)
+            await self._record(
+                self._io.write, self._ledger.failed_all, rows, exc, BACKOFF[0]
+            )
+        else:
+            written.set_result(None)
+            marks = await self._record(
+                self._io.grouped, self._ledger.delivered_all, rows
+            )
+            if marks:
+                await self.forget_again(rows, marks)
+
+    async def _record(self, how: Any, fn: Any, *args: Any) -> Any:
+        try:
+            return await how(fn, *args)
+        except FAIL_OPEN as exc:  # the row stays leased; the lease runs out
+            if not self._io.closed:
+                self._spool_failed(exc)
+            return None
+
+    async def put_all(self, items: list[Item]) -> None:
+        """Write one caller's ``items`` (exchanges in one ``save_many`` when the
+        store has it); ``forget_again`` once their delivery is recorded."""
+        try:
+            await self._write(items)
+        except BaseException:
+            self.refusing = True
+            raise
+        self.refusing = False
+
+    async def _write(self, items: list[Item]) -> None:
+        exchanges = [i.exchange() for i in items if i.kind == "exchange"]
+        save_many = getattr(self.store, "save_many", None)
+        if exchanges and save_many is not None:
+            await save_many(exchanges)
+        else:
+            for exchange in exchanges:
+                await self.store.save(exchange)
+        for item in items:
+            if item.kind == "summary":
+                s = item.summary()
+                await self.store.save_summary(item.caller_id, s.call_id, s.text)
+
+    async def forget_again(self, rows: list[Row], marks: dict[str, Tombstones]) -> None:
+        """Forget again in the store what a forget of the call or the caller hid
+        while ``rows`` were written (``marks``: ``Ledger.delivered_all``'s), as it
+        may have reached the store before them. (An item id's tombstone is a
+        retention purge's, which the next purge covers.) Never raises: a store
+        that refuses it is logged at ERROR."""
+        for caller_id, forgotten in marks.items():
+            items = [r.item for r in rows if r.item.caller_id == caller_id]
+            hidden = [
+                i for i in items if forgotten.hides(i) and i.id not in forgotten.items
+            ]
+            try:
+                if any(i.at <= forgotten.before for i in hidden):
+                    await self.store.forget(caller_id)
+                    continue
+                for call_id in sorted({i.call_id for i in hidden}):
+                    await self.store.forget(caller_id, call_id=call_id)
+            except FAIL_OPEN as exc:
+                self.refusing = True
+                logger.error(
+                    "memory: a forget of caller %s ran while %d of their exchanges "
+                    "were being saved, and forgetting them again failed (%r): "
+                    "forget the caller again",
+                    caller_id,
+                    len(hidden),
+                    exc,
+                )
+
+    async def put(self, item: Item, attempts: int) -> dict[str, Any]:
+        await self.put_all([item])
+        return {}
+
+    async def delete(self, caller_id: str, items: list[Any]) -> None:
+        return None  # never queued: a local store forgets itself (``SpooledStore``)
+
+    async def delete_caller(self, caller_id: str) -> None:
+        return None
