@@ -489,8 +489,8 @@ class HostedStore:
                     self._outbox.path,
                 )
         finally:
+            await self._delivery.stop()
             self._io.closed = True
-            self._delivery.stop()
             await self.http.aclose()
             await self._io.close()
 

@@ -316,13 +316,18 @@ class Delivery:
         self._report_backlog(count, oldest)
         return count
 
-    def stop(self) -> None:
-        """Cancel the loop, if it runs in this event loop."""
-        if (
-            self._task is not None
-            and self._task.get_loop() is asyncio.get_running_loop()
-        ):
-            self._task.cancel()
+    async def stop(self) -> None:
+        """End the loop, if it runs in this event loop, and return once what its
+        round in flight had leased is given back (the store's ``close``, before
+        the outbox closes: else those rows wait out ``LEASE`` for the next
+        process)."""
+        task = self._task
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            return
+        task.cancel()
+        await asyncio.wait({task})
+        if self._released is not None and not self._released.done():
+            await asyncio.wait({self._released})
 
 
 def _quiet(done: asyncio.Future[Any]) -> None:

@@ -375,7 +375,9 @@ class SpooledStore:
 
     async def close(self) -> None:
         """Deliver what waits (``CLOSE_TIMEOUT``; the rest stays in the spool for the
-        next process), close the spool and the store. Idempotent."""
+        next process, and a write-through the store has not answered by then is
+        stopped, its rows given back so the next process need not wait out their
+        lease), close the spool and the store. Idempotent."""
         if self._io is not None and not self._io.closed:
             try:
                 left = await self.flush(CLOSE_TIMEOUT)
@@ -387,8 +389,15 @@ class SpooledStore:
                         self.spool_path,
                     )
             finally:
+                # write-throughs the store has not answered within the bound: each
+                # gives its rows back as it stops (StoreTarget.write_through)
+                left_running = set(self._through)
+                for task in left_running:
+                    task.cancel()
+                if left_running:
+                    await asyncio.wait(left_running)
                 assert self._delivery is not None
+                await self._delivery.stop()
                 self._io.closed = True
-                self._delivery.stop()
                 await self._io.close()
         await self.store.close()

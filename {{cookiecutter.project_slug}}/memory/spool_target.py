@@ -53,14 +53,18 @@ class StoreTarget:
         self, rows: list[Row], written: asyncio.Future[None]
     ) -> None:
         """Write ``rows``, which this process has leased, to the store now, and
-        record the outcome: delivered (then ``forget_again``), or failed (the
-        delivery loop tries them after ``BACKOFF[0]``). ``written`` is set once
-        the store has answered: a save waits for that alone."""
+        record the outcome: delivered (then ``forget_again``), failed (the
+        delivery loop tries them after ``BACKOFF[0]``), or, cancelled (the spool
+        closing), given back at once for the next process. ``written`` is set
+        once the store has answered: a save waits for that alone."""
         # The record is asked of the writer thread before the save resumes, so a
         # forget this process asks for next comes after it there, and its
         # tombstones never make this write-through forget again.
         try:
             await self.put_all([r.item for r in rows])
+        except asyncio.CancelledError:  # the store closes: the rows go back now
+            await self._record(self._io.write, self._ledger.release, rows)
+            raise
         except FAIL_OPEN as exc:  # it waits in the spool: the loop tries it later
             written.set_result(None)
             await self._record(

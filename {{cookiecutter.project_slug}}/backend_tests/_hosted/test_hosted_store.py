@@ -453,7 +453,7 @@ async def test_a_delivery_cut_short_while_it_claims_gives_its_rows_back_at_once(
 
     monkeypatch.setattr(outbox_ledger.Ledger, "claim", claim)
     await store.save(exchange)
-    store._delivery.stop()  # only this round delivers
+    await store._delivery.stop()  # only this round delivers
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(store._delivery.deliver_once(), 0.1)
     monkeypatch.setattr(outbox_ledger.Ledger, "claim", slow_claim)

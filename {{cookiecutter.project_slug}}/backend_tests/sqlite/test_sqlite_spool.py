@@ -194,3 +194,33 @@ async def test_a_forget_while_a_save_is_written_through_leaves_nothing_of_it(
     assert await store.flush(10.0) == 0
     assert stored(path, ALICE) == [(after.key, "call me on Tuesday")]
     await store.close()
+
+
+async def test_a_save_still_written_through_at_close_is_given_back_for_the_next_process(
+    store_url, monkeypatch
+):
+    # The store has not answered a write-through when the close's bound runs out:
+    # the close stops it and gives its row back, so the next process delivers it
+    # at once instead of after the lease (outbox_ledger.LEASE, 30 s), and no task
+    # of the closed store is left running.
+    monkeypatch.setattr(spool, "CLOSE_TIMEOUT", 0.5)
+    path = path_of(store_url)
+    store = memory.open_store(store_url)
+    save = store.store.save
+    writing = asyncio.Event()
+
+    async def hangs(exchange):
+        writing.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(store.store, "save", hangs)
+    said = make_exchange(1, text="my locker is 4411")
+    await store.save(said)  # on the disk; the store is still taking it
+    assert writing.is_set()
+    await store.close()
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "memory-spool"]
+    monkeypatch.setattr(store.store, "save", save)
+    after = memory.open_store(store_url)
+    assert await after.flush(5.0) == 0
+    assert stored(path, ALICE) == [(said.key, "my locker is 4411")]
+    await after.close()
