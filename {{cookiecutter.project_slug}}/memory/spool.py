@@ -23,8 +23,9 @@ the hosted backends (outbox.py, delivered by hosted_delivery.py), generalised.
   tombstones read in that transaction: a forget meanwhile is forgotten again)
   follows, one transaction for every record waiting (``OutboxThreads.grouped``);
   a new row is leased in the statement that writes it, so a save the store takes
-  costs the spool two transactions, each shared with the other calls' (3,119
-  saves/s against 4,372 without the spool: benchmarks/README.md, spool.py).
+  costs the spool two transactions, each shared with the other calls' (2,416-2,464
+  saves/s against 3,340-4,431 without the spool, 8 calls on 2 quiet cores:
+  benchmarks/README.md, spool.py).
   While the store refuses, nothing is written through: the
   delivery loop (hosted_delivery.Delivery) tries it with a backoff and, at a
   call's end, everything again, one caller's due rows in one ``save_many`` (one
