@@ -325,9 +325,9 @@ class Delivery:
         if task is None or task.get_loop() is not asyncio.get_running_loop():
             return
         task.cancel()
-        await asyncio.wait({task})
+        await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
         if self._released is not None and not self._released.done():
-            await asyncio.wait({self._released})
+            await asyncio.wait({self._released}, timeout=CLOSE_TIMEOUT)
 
 
 def _quiet(done: asyncio.Future[Any]) -> None:

@@ -395,8 +395,8 @@ class SpooledStore:
                 left_running = set(self._through)
                 for task in left_running:
                     task.cancel()
-                if left_running:
-                    await asyncio.wait(left_running)
+                if left_running:  # bounded: a hung spool disk must not hang close
+                    await asyncio.wait(left_running, timeout=CLOSE_TIMEOUT)
                 assert self._delivery is not None
                 await self._delivery.stop()
                 self._io.closed = True
