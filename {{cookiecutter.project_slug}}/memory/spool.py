@@ -136,7 +136,6 @@ class SpooledStore:
         self._io: OutboxThreads | None = None
         self._delivery: Delivery | None = None
         self._refused = False
-        self._through: set[asyncio.Task[None]] = set()  # write-throughs under way
         # callers being forgotten: their saves asked for meanwhile wait for the forget
         # (else their write-through could reach the store before its forget)
         self._forgetting: dict[str, asyncio.Event] = {}
@@ -196,19 +195,10 @@ class SpooledStore:
         if not rows:  # being delivered already, or the store refuses: the loop's
             self._kick()
             return True
-        busy = bool(self._through)
-        written = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(
-            self._target.write_through(rows, written), name="memory-spool"
-        )
-        self._through.add(task)
-        task.add_done_callback(self._through.discard)
+        busy = bool(self._target.through)
+        answered = self._target.start(rows)
         if not busy:
-            await asyncio.wait(
-                {task, written},
-                timeout=WRITE_THROUGH_WAIT,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await asyncio.wait({answered}, timeout=WRITE_THROUGH_WAIT)
         return True
 
     # -- writes --
@@ -362,8 +352,8 @@ class SpooledStore:
         if self._delivery is None or self._io is None or self._io.closed:
             return 0
         deadline = time.monotonic() + timeout
-        if self._through:  # their rows are leased until they end
-            await asyncio.wait(set(self._through), timeout=timeout)
+        if self._target.through:  # their rows are leased until they end
+            await asyncio.wait(set(self._target.through), timeout=timeout)
         try:
             left = await self._delivery.flush(max(0.0, deadline - time.monotonic()))
             await self._io.sync()  # what is left is on the disk when this returns
@@ -390,14 +380,8 @@ class SpooledStore:
                         self.spool_path,
                     )
             finally:
-                # write-throughs the store has not answered within the bound: each
-                # gives its rows back as it stops (StoreTarget.write_through)
-                left_running = set(self._through)
-                for task in left_running:
-                    task.cancel()
-                if left_running:  # bounded: a hung spool disk must not hang close
-                    await asyncio.wait(left_running, timeout=CLOSE_TIMEOUT)
                 assert self._delivery is not None
+                await self._target.stop(CLOSE_TIMEOUT)
                 await self._delivery.stop()
                 self._io.closed = True
                 await self._io.close()

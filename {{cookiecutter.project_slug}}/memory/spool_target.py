@@ -48,6 +48,29 @@ class StoreTarget:
         self._io = io
         self._ledger = ledger
         self._spool_failed = spool_failed  # the spool file refused its record
+        self.through: set[asyncio.Task[None]] = set()  # write-throughs under way
+
+    def start(self, rows: list[Row]) -> asyncio.Future[None]:
+        """Start ``write_through`` of ``rows`` as a task of its own; the future
+        returned is done once the store has answered (or the task ended)."""
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(
+            self.write_through(rows, written), name="memory-spool"
+        )
+        self.through.add(task)
+        task.add_done_callback(self.through.discard)
+        task.add_done_callback(lambda _: _answered(written))
+        return written
+
+    async def stop(self, timeout: float) -> None:
+        """Stop the write-throughs the store has not answered (the spool's close),
+        each giving its rows back as it stops; waits for that at most ``timeout``
+        seconds (a hung spool disk must not hang a job's shutdown)."""
+        running = set(self.through)
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=timeout)
 
     async def write_through(
         self, rows: list[Row], written: asyncio.Future[None]
@@ -146,3 +169,9 @@ class StoreTarget:
 
     async def delete_caller(self, caller_id: str) -> None:
         return None
+
+
+def _answered(written: asyncio.Future[None]) -> None:
+    # a write-through that ended without the store's answer (cancelled, failed)
+    if not written.done():
+        written.set_result(None)
