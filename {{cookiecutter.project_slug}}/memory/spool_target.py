@@ -133,30 +133,44 @@ class StoreTarget:
                 await self.store.save_summary(item.caller_id, s.call_id, s.text)
 
     async def forget_again(self, rows: list[Row], marks: dict[str, Tombstones]) -> None:
-        """Forget again in the store what a forget of the call or the caller hid
-        while ``rows`` were written (``marks``: ``Ledger.delivered_all``'s), as it
-        may have reached the store before them. (An item id's tombstone is a
-        retention purge's, which the next purge covers.) Never raises: a store
-        that refuses it is logged at ERROR."""
+        """Forget again in the store the calls a forget hid while ``rows`` were
+        written (``marks``: ``Ledger.delivered_all``'s), as that forget may have
+        reached the store before them. Never the whole caller: an exchange said
+        before the caller's erasure is skipped by the store itself (its
+        ``erasures`` mark) or deleted by that forget, and a whole-caller forget
+        here would move the erasure's time on and take what the caller said
+        after it (which it did: hundreds of such forgets on PostgreSQL, and the
+        words of the next 2 s gone). A call summary from before it is forgotten
+        with its call (a call's summary is its last write, so the whole call was
+        before it). An item id's tombstone is a retention purge's, which the next
+        purge covers. Never raises: a store that refuses it is logged at ERROR."""
         for caller_id, forgotten in marks.items():
-            items = [r.item for r in rows if r.item.caller_id == caller_id]
-            hidden = [
-                i for i in items if forgotten.hides(i) and i.id not in forgotten.items
-            ]
+            calls = sorted(
+                {
+                    r.item.call_id
+                    for r in rows
+                    if r.item.caller_id == caller_id
+                    and r.item.id not in forgotten.items
+                    and (
+                        (r.item.kind == "summary" and r.item.at <= forgotten.before)
+                        or (
+                            r.item.call_id in forgotten.calls
+                            and r.item.at > forgotten.before
+                        )
+                    )
+                }
+            )
             try:
-                if any(i.at <= forgotten.before for i in hidden):
-                    await self.store.forget(caller_id)
-                    continue
-                for call_id in sorted({i.call_id for i in hidden}):
+                for call_id in calls:
                     await self.store.forget(caller_id, call_id=call_id)
             except FAIL_OPEN as exc:
                 self.refusing = True
                 logger.error(
-                    "memory: a forget of caller %s ran while %d of their exchanges "
-                    "were being saved, and forgetting them again failed (%r): "
-                    "forget the caller again",
+                    "memory: a forget of caller %s ran while exchanges of %d of "
+                    "their calls were being saved, and forgetting those calls again "
+                    "failed (%r): forget them again",
                     caller_id,
-                    len(hidden),
+                    len(calls),
                     exc,
                 )
 

@@ -353,8 +353,9 @@ class _SaveBatches:
     transaction when its turn comes (each in order, after every write asked for
     before it and before every one asked for after it): a transaction's fixed cost
     (the search index's new segment and its structure record, the WAL pages each
-    commit writes) is paid once for all of them. If the transaction fails, each is
-    tried alone, so one save's error is its own."""
+    commit writes) is paid once for all of them. If the transaction fails on one
+    save's error, each is tried alone, so that error is its own; one of the file's
+    (``sqlite3.OperationalError``: locked, full, I/O) is every save's at once."""
 
     def __init__(self, writer: ThreadPoolExecutor, file: SQLiteFile) -> None:
         self._writer = writer
@@ -406,6 +407,11 @@ def _together(conn: sqlite3.Connection, batch: list[Exchange]) -> list[Any]:
             rollback(conn)
             raise
         return [None] * len(batch)
+    except sqlite3.OperationalError as exc:
+        # the file's, not one save's (locked past the busy timeout, full, I/O):
+        # each alone would wait the busy timeout again, one after the other (a
+        # close behind 138 of them took 277 s while another process held the lock)
+        return [exc] * len(batch)
     except sqlite3.Error:
         return [_outcome(queries.save, conn, e) for e in batch]
 

@@ -224,3 +224,36 @@ async def test_a_save_still_written_through_at_close_is_given_back_for_the_next_
     assert await after.flush(5.0) == 0
     assert stored(path, ALICE) == [(said.key, "my locker is 4411")]
     await after.close()
+
+
+async def test_a_forget_of_the_caller_meeting_a_write_through_keeps_what_is_said_after_it(
+    store_url, monkeypatch
+):
+    # The write-through of an exchange said before the forget lands after it: the
+    # store's own erasure mark skips it, and nothing forgets the whole caller
+    # again (that moved the erasure's time on, and took what was said after the
+    # forget: the adversarial pass lost 190-236 exchanges a run on PostgreSQL).
+    path = path_of(store_url)
+    store = memory.open_store(store_url)
+    save = store.store.save
+    writing, go = asyncio.Event(), asyncio.Event()
+
+    async def held(exchange):
+        if exchange.user_text.startswith("before"):
+            writing.set()
+            await go.wait()
+        await save(exchange)
+
+    monkeypatch.setattr(store.store, "save", held)
+    saving = asyncio.create_task(store.save(make_exchange(1, text="before: pin 4411")))
+    await asyncio.wait_for(writing.wait(), 30)
+    assert await store.forget(ALICE) == 1
+    time.sleep(0.01)  # said after the forget, by the wall clock
+    after = make_exchange(2, text="after: call me on Tuesday", at=time.time())
+    go.set()
+    await saving
+    assert await store.flush(10.0) == 0
+    await store.save(after)
+    assert await store.flush(10.0) == 0
+    assert stored(path, ALICE) == [(after.key, "after: call me on Tuesday")]
+    await store.close()

@@ -1159,3 +1159,40 @@ async def test_memory_admin_upgrade_upgrades_a_big_file_that_open_leaves_for_lat
     version = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
     assert version == sqlite_store.SCHEMA_VERSION
     assert "nothing to do" in await memory_admin.upgrade()
+
+
+async def test_saves_written_together_while_another_process_holds_the_lock_wait_once(
+    tmp_path, monkeypatch
+):
+    # A batch of saves that fails because the file is locked failed each save again
+    # alone, each waiting out the busy timeout: a close behind 138 queued saves took
+    # 277 s while another process held the lock. The lock is the file's: one wait.
+    monkeypatch.setattr(
+        sqlite_store.SQLiteStore.__init__, "__kwdefaults__", {"busy_timeout": 0.05}
+    )
+    path = tmp_path / "memory.db"
+    store = sqlite_store.SQLiteStore.open(path)
+    await store.save(make_exchange(0))  # the file, its schema, a connection
+    tried: list[str] = []
+    save = sqlite_store.queries.save
+
+    def counted(conn, exchange):
+        tried.append(exchange.key)
+        return save(conn, exchange)
+
+    monkeypatch.setattr(sqlite_store.queries, "save", counted)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        outcomes = await asyncio.gather(
+            *(store.save(make_exchange(n)) for n in range(1, 9)),
+            return_exceptions=True,
+        )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert all(isinstance(o, sqlite3.OperationalError) for o in outcomes), outcomes
+    # the 8 asked for at once are one batch, whose transaction could not begin:
+    # none was tried again on its own (before: all 8, one after the other)
+    assert tried == []
+    await store.close()
