@@ -20,7 +20,8 @@ the hosted backends (outbox.py, delivered by hosted_delivery.py), generalised.
   ``save`` waits for that at most ``WRITE_THROUGH_WAIT`` (so a store that answers
   has the exchange when ``save`` returns, and a slow one never holds up the
   call's next save). The record of it (the row deleted, and the caller's
-  tombstones read in that transaction: a forget meanwhile is forgotten again)
+  tombstones read in that transaction: a call forgotten meanwhile is
+  forgotten again; the store's erasure mark skips what a caller's erasure hid)
   follows, one transaction for every record waiting (``OutboxThreads.grouped``);
   a new row is leased in the statement that writes it, so a save the store takes
   costs the spool two transactions, each shared with the other calls' (2,416-2,464
