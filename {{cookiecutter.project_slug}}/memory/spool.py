@@ -146,7 +146,9 @@ class SpooledStore:
             self._spool_failed(exc)
             return
         self._ledger = Ledger(self._io.outbox)
-        self._target = StoreTarget(store, self._io, self._ledger, self._spool_failed)
+        self._target = StoreTarget(
+            store, self._io, self._ledger, self._spool_failed, self._kick
+        )
         self._delivery = Delivery(
             self._target,
             self._target,

@@ -41,6 +41,7 @@ class StoreTarget:
         io: OutboxThreads,
         ledger: Ledger,
         spool_failed: Callable[[BaseException], None],
+        kick: Callable[[], None],
     ) -> None:
         self.store = store
         self.name = type(store).__name__
@@ -48,6 +49,7 @@ class StoreTarget:
         self._io = io
         self._ledger = ledger
         self._spool_failed = spool_failed  # the spool file refused its record
+        self._kick = kick  # wakes the delivery loop
         self.through: set[asyncio.Task[None]] = set()  # write-throughs under way
 
     def start(self, rows: list[Row]) -> asyncio.Future[None]:
@@ -100,6 +102,7 @@ class StoreTarget:
             )
             if marks:
                 await self.forget_again(rows, marks)
+        self._kick()  # a newer version may wait behind this one's lease
 
     async def _record(self, how: Any, fn: Any, *args: Any) -> Any:
         try:

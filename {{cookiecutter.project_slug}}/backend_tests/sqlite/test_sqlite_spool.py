@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import sqlite3
 import time
@@ -257,3 +258,44 @@ async def test_a_forget_of_the_caller_meeting_a_write_through_keeps_what_is_said
     assert await store.flush(10.0) == 0
     assert stored(path, ALICE) == [(after.key, "after: call me on Tuesday")]
     await store.close()
+
+
+async def test_a_reply_that_joins_an_exchange_being_written_through_follows_it_at_once(
+    store_url, monkeypatch
+):
+    # The caller's turn is being written through when the reply joins it: the newer
+    # version waits behind the write-through's lease, and is delivered as soon as
+    # that write-through is recorded, not when the lease (30 s) would run out.
+    path = path_of(store_url)
+    store = memory.open_store(store_url)
+    save = store.store.save
+    writing, go = asyncio.Event(), asyncio.Event()
+
+    async def held(exchange):
+        if not writing.is_set():
+            writing.set()
+            await go.wait()
+        await save(exchange)
+
+    monkeypatch.setattr(store.store, "save", held)
+    turn = make_exchange(1, text="my order is 4411", reply="", at=time.time())
+    saving = asyncio.create_task(store.save(turn))
+    await asyncio.wait_for(writing.wait(), 30)
+    await store.save(dataclasses.replace(turn, assistant_text="Found it."))
+    go.set()
+    await saving
+    for _ in range(50):  # 5 s: well under the lease
+        if stored_replies(path, ALICE) == [(turn.key, "Found it.")]:
+            break
+        await asyncio.sleep(0.1)
+    assert stored_replies(path, ALICE) == [(turn.key, "Found it.")]
+    await store.close()
+
+
+def stored_replies(path: Path, caller_id: str) -> list[tuple[str, str]]:
+    """(key, assistant_text) of the caller's exchanges in the memory file."""
+    with sqlite3.connect(path) as conn:
+        return conn.execute(
+            "SELECT key, assistant_text FROM exchanges WHERE caller_id = ? ORDER BY key",
+            (caller_id,),
+        ).fetchall()
