@@ -274,7 +274,7 @@ class HostedStore:
         newer than the outbox knew is recorded in it: its rows from before then are
         dropped, and deleted at the service if they may be there. When the service
         cannot be read, the outbox's time alone (logged once)."""
-        _, marks = await self._io.read(self._outbox.rows, caller_id, ())
+        marks = await self._io.read(self._outbox.tombstones, caller_id)
         local = float(marks.before)
         try:  # bounded: the outbox's own time is not lost behind a slow service
             remote = await asyncio.wait_for(
@@ -411,7 +411,7 @@ class HostedStore:
     async def _service_view(self, caller_id: str, kinds: tuple[str, ...]) -> list[Item]:
         """The service's listing of the caller, less what was forgotten."""
         listed = await self.service.listing(caller_id, kinds) or []
-        _, marks = await self._io.read(self._outbox.rows, caller_id, ())
+        marks = await self._io.read(self._outbox.tombstones, caller_id)
         return [i for i in listed if not marks.hides(i)]
 
     async def _view(

@@ -233,8 +233,8 @@ class Delivery:
                 # and the time of it, for workers that do not share this file
                 mark = getattr(self._service, "mark_erased", None)
                 if mark is not None:
-                    _, marks = await self._io.read(
-                        self._io.outbox.rows, d["caller_id"], ()
+                    marks = await self._io.read(
+                        self._io.outbox.tombstones, d["caller_id"]
                     )
                     await asyncio.wait_for(
                         mark(d["caller_id"], marks.before), DELIVERY_TIMEOUT
