@@ -34,6 +34,22 @@ def stored(path: Path, caller_id: str) -> list[tuple[str, str]]:
         ).fetchall()
 
 
+def hold_first_save(store, monkeypatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """The store behind ``store``'s spool takes the first exchange it is given only
+    once ``go`` is set (``writing`` is set when it has it); later ones at once."""
+    save = store.store.save
+    writing, go = asyncio.Event(), asyncio.Event()
+
+    async def held(exchange):
+        if not writing.is_set():
+            writing.set()
+            await go.wait()
+        await save(exchange)
+
+    monkeypatch.setattr(store.store, "save", held)
+    return writing, go
+
+
 @contextlib.asynccontextmanager
 async def refusing(store_url: str) -> AsyncIterator[None]:
     """Another process holds the memory file's write lock (every other writer
@@ -172,22 +188,13 @@ async def test_a_forget_while_a_save_is_written_through_leaves_nothing_of_it(
     # after, in the next call: kept.
     path = path_of(store_url)
     store = memory.open_store(store_url)
-    save = store.store.save
-    writing, go = asyncio.Event(), asyncio.Event()
-
-    async def held(exchange):
-        writing.set()
-        await go.wait()
-        await save(exchange)
-
-    monkeypatch.setattr(store.store, "save", held)
+    writing, go = hold_first_save(store, monkeypatch)
     saving = asyncio.create_task(store.save(make_exchange(1, text="my pin is 4411")))
     await asyncio.wait_for(writing.wait(), 30)
     # the spooled row; the store had nothing yet
     assert await store.forget(ALICE, call_id="call-1") == 1
     go.set()
     await saving
-    monkeypatch.setattr(store.store, "save", save)
     assert await store.flush(10.0) == 0
     assert stored(path, ALICE) == []
     after = make_exchange(2, text="call me on Tuesday", call_id="call-2")
@@ -207,20 +214,12 @@ async def test_a_save_still_written_through_at_close_is_given_back_for_the_next_
     monkeypatch.setattr(spool, "CLOSE_TIMEOUT", 0.5)
     path = path_of(store_url)
     store = memory.open_store(store_url)
-    save = store.store.save
-    writing = asyncio.Event()
-
-    async def hangs(exchange):
-        writing.set()
-        await asyncio.Event().wait()
-
-    monkeypatch.setattr(store.store, "save", hangs)
+    writing, _ = hold_first_save(store, monkeypatch)  # never let go
     said = make_exchange(1, text="my locker is 4411")
     await store.save(said)  # on the disk; the store is still taking it
     assert writing.is_set()
     await store.close()
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "memory-spool"]
-    monkeypatch.setattr(store.store, "save", save)
     after = memory.open_store(store_url)
     assert await after.flush(5.0) == 0
     assert stored(path, ALICE) == [(said.key, "my locker is 4411")]
@@ -236,20 +235,11 @@ async def test_a_forget_of_the_caller_meeting_a_write_through_keeps_what_is_said
     # forget: the adversarial pass lost 190-236 exchanges a run on PostgreSQL).
     path = path_of(store_url)
     store = memory.open_store(store_url)
-    save = store.store.save
-    writing, go = asyncio.Event(), asyncio.Event()
-
-    async def held(exchange):
-        if exchange.user_text.startswith("before"):
-            writing.set()
-            await go.wait()
-        await save(exchange)
-
-    monkeypatch.setattr(store.store, "save", held)
+    writing, go = hold_first_save(store, monkeypatch)
     saving = asyncio.create_task(store.save(make_exchange(1, text="before: pin 4411")))
     await asyncio.wait_for(writing.wait(), 30)
     assert await store.forget(ALICE) == 1
-    time.sleep(0.01)  # said after the forget, by the wall clock
+    await asyncio.sleep(0.01)  # said after the forget, by the wall clock
     after = make_exchange(2, text="after: call me on Tuesday", at=time.time())
     go.set()
     await saving
@@ -268,16 +258,7 @@ async def test_a_reply_that_joins_an_exchange_being_written_through_follows_it_a
     # that write-through is recorded, not when the lease (30 s) would run out.
     path = path_of(store_url)
     store = memory.open_store(store_url)
-    save = store.store.save
-    writing, go = asyncio.Event(), asyncio.Event()
-
-    async def held(exchange):
-        if not writing.is_set():
-            writing.set()
-            await go.wait()
-        await save(exchange)
-
-    monkeypatch.setattr(store.store, "save", held)
+    writing, go = hold_first_save(store, monkeypatch)
     turn = make_exchange(1, text="my order is 4411", reply="", at=time.time())
     saving = asyncio.create_task(store.save(turn))
     await asyncio.wait_for(writing.wait(), 30)
